@@ -1,0 +1,5 @@
+import sys
+
+from backflip.cli import main
+
+sys.exit(main())

@@ -1,0 +1,51 @@
+"""The algorithm registry.
+
+Each algorithm is one module in this package that defines, at module level:
+
+- `Config`: a dataclass of hyperparameters, each field with a one-line docstring;
+- `train(cfg, env, seed, steps, run)`: the training loop (see `backflip.launch.SeedRun` for `run`);
+- `ACTION_SPACES`: the action-space kinds it handles ("discrete", "box");
+- `DEFAULT_STEPS` and `PRESETS` (per-env overrides, optionally with a `steps` budget).
+
+Modules are imported lazily so that commands which only read the archive never import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from backflip.errors import UserError, did_you_mean
+
+ALGOS: dict[str, str] = {
+    "ppo": "Proximal Policy Optimization (clipped surrogate, GAE)",
+}
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    name: str
+    config: type
+    train: Any
+    action_spaces: tuple[str, ...]
+    default_steps: int
+    presets: dict[str, dict]
+    module: Any
+
+
+def get_algo(name: str) -> AlgoSpec:
+    if name not in ALGOS:
+        raise UserError(
+            f"unknown algorithm {name!r}{did_you_mean(name, ALGOS)}; available: {', '.join(ALGOS)}"
+        )
+    mod = importlib.import_module(f"backflip.algos.{name}")
+    return AlgoSpec(
+        name=name,
+        config=mod.Config,
+        train=mod.train,
+        action_spaces=tuple(mod.ACTION_SPACES),
+        default_steps=int(mod.DEFAULT_STEPS),
+        presets=getattr(mod, "PRESETS", {}),
+        module=mod,
+    )

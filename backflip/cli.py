@@ -1,0 +1,49 @@
+"""The `backflip` command. Each subcommand lives in `backflip/commands/<name>.py` and is thin:
+it parses arguments, calls into the library, prints. Bad input raises `UserError`, printed here
+as one line (exit status 2), never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from backflip import __version__
+from backflip.errors import UserError
+
+# Subcommand modules, in the order `backflip --help` lists them.
+COMMANDS = ["train", "runs", "show", "rerun"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="backflip", description="A lab bench for deep RL that makes silent failures loud."
+    )
+    parser.add_argument("--version", action="version", version=f"backflip {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"backflip.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `backflip runs | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

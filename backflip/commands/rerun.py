@@ -1,0 +1,40 @@
+"""backflip rerun ID: the same config and seeds, as a new run linked to the original."""
+
+from __future__ import annotations
+
+import sys
+
+from backflip.commands import add_home
+
+
+def register(sub) -> None:
+    p = sub.add_parser("rerun", help="run an archived run again (same config and seeds)")
+    p.add_argument("run", metavar="ID")
+    p.add_argument("--workers", type=int, metavar="K")
+    p.add_argument("-m", "--message", default=None, help="default: the original's message")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+    add_home(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backflip.commands.train import execute
+    from backflip.config import TrainConfig
+    from backflip.runs.archive import home_dir, load_run, resolve_run
+
+    home = home_dir(args.home, create=True)
+    original = load_run(resolve_run(home, args.run))
+    cfg = TrainConfig.from_dict(original["config"])
+    message = args.message if args.message is not None else original.get("message", "")
+    return execute(
+        cfg,
+        home,
+        sys.argv,
+        message,
+        args.workers,
+        not args.no_progress,
+        rerun_of=original["id"],
+        tags=original.get("tags"),
+        as_json=args.json,
+    )

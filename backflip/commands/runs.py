@@ -1,0 +1,95 @@
+"""backflip runs [--env E] [--algo A] [--status S] [--grep TEXT] [--json]"""
+
+from __future__ import annotations
+
+from backflip.commands import add_home, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "runs", help="list archived runs", description="List archived runs, newest first."
+    )
+    p.add_argument("--env")
+    p.add_argument("--algo")
+    p.add_argument("--status", choices=["running", "finished", "failed", "interrupted"])
+    p.add_argument("--grep", metavar="TEXT", help="match text in id, message, env, algo or tags")
+    p.add_argument("--tag")
+    p.add_argument("-n", "--limit", type=int, default=None, help="show at most this many")
+    p.add_argument(
+        "--reindex", action="store_true", help="rebuild index.sqlite from the run directories"
+    )
+    p.add_argument("--json", action="store_true")
+    add_home(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from backflip.runs import index
+    from backflip.runs.archive import home_dir
+    from backflip.summary import duration, fmt
+
+    home = home_dir(args.home)
+    if args.reindex:
+        n = index.reindex(home)
+        print(f"indexed {n} runs from {home}")
+    rows = index.query(
+        home,
+        env=args.env,
+        algo=args.algo,
+        status=args.status,
+        grep=args.grep,
+        tag=args.tag,
+        limit=args.limit,
+    )
+    if args.json:
+        for r in rows:
+            r.pop("record", None)
+        print_json(rows)
+        return 0
+    if not rows:
+        print(
+            f"no runs in {home}"
+            + (
+                " matching the filters"
+                if any((args.env, args.algo, args.status, args.grep, args.tag))
+                else ""
+            )
+        )
+        return 0
+    table = Table(box=None, header_style="bold")
+    for col in (
+        "id",
+        "started",
+        "status",
+        "algo",
+        "env",
+        "seeds",
+        "steps",
+        "final return",
+        "duration",
+        "message",
+    ):
+        table.add_column(col, no_wrap=col != "message", overflow="fold")
+    for r in rows:
+        final = (
+            "-"
+            if r["final_mean"] is None
+            else (f"{fmt(r['final_mean'])} [{fmt(r['final_min'])}, {fmt(r['final_max'])}]")
+        )
+        table.add_row(
+            r["id"],
+            (r["created"] or "")[:16].replace("T", " "),
+            r["status"],
+            r["algo"],
+            r["env"],
+            str(r["n_seeds"]),
+            f"{r['steps'] or 0:,}",
+            final,
+            duration(r["duration_s"]),
+            r["message"] or "",
+        )
+    Console(width=200).print(table)
+    return 0

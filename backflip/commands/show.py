@@ -1,0 +1,77 @@
+"""backflip show ID [--json]"""
+
+from __future__ import annotations
+
+from backflip.commands import add_home, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("show", help="everything about one run, and how to reproduce it")
+    p.add_argument("run", metavar="ID", help="run id, unique prefix, `last`, or a run directory")
+    p.add_argument("--json", action="store_true")
+    add_home(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backflip.runs.archive import home_dir, load_run, resolve_run
+    from backflip.summary import reproduce_command, run_summary, seed_table_rows
+
+    run_dir = resolve_run(home_dir(args.home), args.run)
+    record = load_run(run_dir)
+    record["reproduce"] = reproduce_command(record)
+    if args.json:
+        print_json(record)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=200)
+    print(run_summary(record))
+    print(f"directory: {run_dir}")
+    print(f"started {record.get('created')}, ended {record.get('ended', '-')}")
+    if record.get("rerun_of"):
+        print(f"rerun of: {record['rerun_of']}")
+    table = Table(box=None, header_style="bold")
+    for col in ("seed", "status", "final eval", "steps", "steps/s", "wall", "error"):
+        table.add_column(col)
+    for row in seed_table_rows(record["seeds"]):
+        table.add_row(*row)
+    console.print(table)
+    print("\nconfig:")
+    cfg = record["config"]
+    for section in ("hp", "run", "env", "doctor"):
+        values = cfg.get(section, {})
+        print(f"  {section}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    prov = record.get("provenance", {})
+    git = prov.get("git")
+    print("\nprovenance:")
+    if git:
+        print(
+            f"  git: {git.get('root')} @ {git.get('commit')} ({git.get('branch')})"
+            + (" with uncommitted changes (code.patch)" if git.get("dirty") else ", clean")
+        )
+    own = prov.get("backflip_git")
+    if own:
+        print(
+            f"  backflip git: {own.get('root')} @ {own.get('commit')} ({own.get('branch')})"
+            + (" with uncommitted changes (backflip.patch)" if own.get("dirty") else ", clean")
+        )
+    bf = prov.get("backflip", {})
+    print(f"  backflip {bf.get('version')} source sha256 {str(bf.get('source_sha256'))[:16]}")
+    host = prov.get("host", {})
+    print(
+        f"  host {host.get('hostname')}: {host.get('cpu')}, {host.get('cpu_count')} CPUs, "
+        f"{host.get('os')}"
+    )
+    print(
+        f"  python {prov.get('python', {}).get('version')}, "
+        + ", ".join(f"{k} {v}" for k, v in prov.get("packages", {}).items())
+    )
+    print(f"\ncommand: {' '.join(record.get('argv', []))}")
+    print(f"reproduce: {record['reproduce']}")
+    if git and git.get("commit"):
+        patch = " && git apply " + str(run_dir / "code.patch") if git.get("dirty") else ""
+        print(f"  code: git -C {git['root']} checkout {git['commit']}{patch}")
+    print(f"  or: backflip rerun {record['id']}")
+    return 0

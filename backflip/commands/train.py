@@ -1,0 +1,169 @@
+"""backflip train ALGO --env ENV_ID [--seeds N] [--steps N] [--set key=value]..."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from backflip.commands import add_home, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train an algorithm on an env, N seeds in parallel, archived",
+        description="Train ALGO on a Gymnasium env with N seeds in parallel; the run "
+        "is archived with its config, code, metrics and checkpoints.",
+    )
+    p.add_argument("algo", help="algorithm (ppo, ...)")
+    p.add_argument(
+        "--env", required=True, metavar="ENV_ID", help="Gymnasium env id, e.g. CartPole-v1"
+    )
+    add_seed_args(p)
+    p.add_argument(
+        "--steps",
+        type=_steps,
+        metavar="N",
+        help="env steps per seed (default: the algorithm's budget for this env)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="K",
+        help=f"seed processes at once (default: CPU count, {os.cpu_count()})",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="sets",
+        help="override a setting (repeatable); see `backflip train ALGO --env E --list-keys`",
+    )
+    p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
+    p.add_argument("-m", "--message", default="", help="the question this run is meant to answer")
+    p.add_argument("--tag", action="append", default=[], help="label the run (repeatable)")
+    p.add_argument("--list-keys", action="store_true", help="print every setting with its default")
+    p.add_argument("--no-progress", action="store_true", help="no live progress display")
+    p.add_argument("--json", action="store_true", help="print the final record as JSON")
+    add_home(p)
+    p.set_defaults(func=run)
+
+
+def add_seed_args(p) -> None:
+    p.add_argument("--seeds", type=int, default=1, metavar="N", help="number of seeds (default 1)")
+    p.add_argument("--seed-start", type=int, default=0, metavar="S", help="first seed (default 0)")
+    p.add_argument("--seed-list", metavar="S,S,...", help="explicit seeds instead of --seeds")
+
+
+def seeds_from(args) -> list[int]:
+    from backflip.errors import UserError
+
+    if args.seed_list:
+        try:
+            return [int(s) for s in args.seed_list.split(",") if s.strip()]
+        except ValueError:
+            raise UserError(
+                f"--seed-list must be integers separated by commas: {args.seed_list!r}"
+            ) from None
+    if args.seeds < 1:
+        raise UserError("--seeds must be at least 1")
+    return list(range(args.seed_start, args.seed_start + args.seeds))
+
+
+def _steps(text: str) -> int:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0 or not value.is_integer():
+        raise argparse.ArgumentTypeError(f"must be a positive integer: {text!r}")
+    return int(value)
+
+
+def run(args) -> int:
+    from backflip.config import load_config_file, parse_sets, resolve
+    from backflip.runs.archive import home_dir
+
+    home = home_dir(args.home, create=True)
+    file_values = load_config_file(args.config) if args.config else {}
+    cfg = resolve(
+        args.algo, args.env, seeds_from(args), args.steps, file_values, parse_sets(args.sets)
+    )
+    if args.list_keys:
+        return list_keys(cfg)
+    return execute(
+        cfg,
+        home,
+        sys.argv,
+        args.message,
+        args.workers,
+        not args.no_progress,
+        tags=args.tag,
+        as_json=args.json,
+    )
+
+
+def execute(
+    cfg,
+    home,
+    argv,
+    message="",
+    workers=None,
+    progress=True,
+    rerun_of=None,
+    tags=None,
+    as_json=False,
+) -> int:
+    """Validate, launch, summarize: shared by `train` and `rerun`."""
+    from backflip.algos import get_algo
+    from backflip.envs import check_supported
+    from backflip.launch import launch_run
+    from backflip.summary import run_summary
+
+    spec = get_algo(cfg.algo)
+    check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+
+    def created(run_dir):
+        print(
+            f"run {run_dir.name}: {cfg.algo} on {cfg.env_id}, {len(cfg.seeds)} seed(s) × "
+            f"{cfg.steps:,} steps → {run_dir}",
+            flush=True,
+        )
+
+    record = launch_run(
+        cfg,
+        home,
+        list(argv),
+        message,
+        workers,
+        progress and not as_json,
+        rerun_of=rerun_of,
+        tags=tags,
+        on_created=created,
+    )
+    if as_json:
+        print_json(record)
+    else:
+        print(run_summary(record))
+        print(f"archived in {record['dir']} — details: backflip show {record['id']}")
+    return {"finished": 0, "interrupted": 130}.get(record["status"], 1)
+
+
+def list_keys(cfg) -> int:
+    import dataclasses
+
+    from backflip.config import SECTIONS, RunOptions, describe
+
+    current = cfg.flat()
+    sections = [("", type(cfg.hp)), ("", RunOptions)] + [(f"{k}.", c) for k, c in SECTIONS.items()]
+    for prefix, cls in sections:
+        print(f"# {cls.__name__}")
+        for name, tp, _default, doc in describe(cls):
+            value = current[prefix + name]
+            if dataclasses.is_dataclass(value):
+                continue
+            print(f"  {prefix + name} = {value!r}  ({tp}) {doc}")
+    return 0

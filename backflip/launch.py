@@ -1,0 +1,348 @@
+"""Seeds in parallel: each seed is its own OS process with one torch thread.
+
+`run_seeds(jobs, workers)` keeps at most `workers` seed processes alive, shows their progress
+(rich), and returns each seed's final status. Processes come from a forkserver that has already
+imported torch and gymnasium, so a seed starts in milliseconds, not seconds.
+
+Every seed process records its own outcome in `seeds/<seed>/status.json`, whatever happens:
+`finished`; `failed` (exception: traceback kept; killed by a signal, e.g. the out-of-memory
+killer: noticed by the parent); or `interrupted` (SIGINT/SIGTERM: the loop stops at the next
+iteration boundary, metrics are flushed and a checkpoint written; a second signal stops at once).
+Ctrl-C in the terminal reaches every process; a signal sent to the launcher alone is forwarded.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from backflip.runs.archive import now_iso, read_json, seed_dir, write_json
+
+PROGRESS_EVERY_S = 0.5
+
+
+@dataclass
+class SeedJob:
+    run_dir: str
+    seed: int
+    config: dict
+    append: bool = False  # resume: append to existing metrics
+
+
+# --- inside the seed process ---------------------------------------------------------------------
+
+
+def _redirect_output(folder: Path, append: bool) -> None:
+    """Point this process's stdout/stderr (Python and C level) at the seed's log files."""
+    mode = "a" if append else "w"
+    for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
+        f = open(folder / name, mode)
+        os.dup2(f.fileno(), fd)
+        f.close()
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def run_seed(job: SeedJob, conn=None) -> dict:
+    """Train one seed and record its outcome; the entry point of a seed process."""
+    import torch
+
+    from backflip.algos import get_algo
+    from backflip.config import TrainConfig
+    from backflip.seedrun import NonFiniteError, SeedRun
+
+    torch.set_num_threads(1)
+    folder = seed_dir(Path(job.run_dir), job.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    if conn is not None:
+        _redirect_output(folder, job.append)
+    status = {
+        "seed": job.seed,
+        "status": "running",
+        "pid": os.getpid(),
+        "started": now_iso(),
+        "steps": 0,
+    }
+    write_json(folder / "status.json", status)
+    t0 = time.perf_counter()
+    run = None
+    last_sent = [0.0]
+
+    def send(*msg):
+        if conn is not None:
+            try:
+                conn.send(msg)
+            except (BrokenPipeError, OSError):
+                pass
+
+    def on_row(step, row):
+        if time.monotonic() - last_sent[0] > PROGRESS_EVERY_S:
+            last_sent[0] = time.monotonic()
+            send("progress", job.seed, step, row.get("time/sps"), row.get("rollout/ep_return_mean"))
+
+    def on_warning(message):
+        print(f"[doctor] {message}", file=sys.stderr, flush=True)
+        send("warning", job.seed, message)
+
+    try:
+        cfg = TrainConfig.from_dict(job.config)
+        spec = get_algo(cfg.algo)
+        run = SeedRun(
+            cfg, job.seed, folder, on_row=on_row, on_warning=on_warning, append=job.append
+        )
+
+        def stop(signum, frame):
+            if run.stopping:  # second signal: stop now
+                raise KeyboardInterrupt
+            run.stopping = True
+            print(
+                f"received {signal.Signals(signum).name}: stopping at the next iteration",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        spec.train(cfg.hp, run)
+        status["status"] = "interrupted" if run.stopping else "finished"
+    except KeyboardInterrupt:
+        status["status"] = "interrupted"
+    except NonFiniteError as e:
+        status.update(status="failed", error=str(e), traceback=traceback.format_exc())
+    except BaseException as e:  # noqa: BLE001 — any crash is recorded, never lost
+        status.update(
+            status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
+        )
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if run is not None:
+            try:
+                run.close()
+            except Exception:  # noqa: BLE001
+                traceback.print_exc()
+            status["steps"] = getattr(run, "step", 0)
+            status.update({k: v for k, v in run.result.items() if k != "eval_returns"})
+            if "eval_return" in run.result:
+                status["final_eval_return"] = run.result["eval_return"]
+                status["final_eval_returns"] = run.result["eval_returns"]
+        status["wall_s"] = time.perf_counter() - t0
+        status["ended"] = now_iso()
+        if status.get("traceback"):
+            (folder / "traceback.txt").write_text(status["traceback"])
+            print(status["traceback"], file=sys.stderr, flush=True)
+        write_json(folder / "status.json", status)
+        send("done", job.seed, status)
+    return status
+
+
+def _child(job: SeedJob, conn) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    run_seed(job, conn)
+    conn.close()
+
+
+# --- in the launcher -----------------------------------------------------------------------------
+
+
+def _context():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "gymnasium", "backflip.seedrun", "backflip.algos.ppo"])
+    return ctx
+
+
+class _Display:
+    """A rich progress table, or plain lines when output is not a terminal."""
+
+    def __init__(self, jobs: list[SeedJob], enabled: bool):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.console = Console(stderr=True)
+        self.live = enabled and self.console.is_terminal
+        self.progress = Progress(
+            TextColumn("seed {task.fields[seed]:>3}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[sps]:>7} steps/s"),
+            TextColumn("return {task.fields[ret]:>8}"),
+            TextColumn("{task.fields[status]}"),
+            console=self.console,
+            disable=not self.live,
+            transient=False,
+        )
+        self.tasks = {
+            j.seed: self.progress.add_task(
+                "", total=j.config["steps"], seed=j.seed, sps="-", ret="-", status="pending"
+            )
+            for j in jobs
+        }
+        self.enabled = enabled
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+
+    def update(self, seed, step=None, sps=None, ret=None, status=None):
+        fields = {}
+        if sps is not None:
+            fields["sps"] = f"{sps:,.0f}"
+        if ret is not None:
+            fields["ret"] = f"{ret:.1f}"
+        if status is not None:
+            fields["status"] = status
+        self.progress.update(self.tasks[seed], completed=step, **fields)
+
+    def print(self, text: str):
+        if self.enabled:
+            self.console.print(text, markup=False, highlight=False)
+
+
+def run_seeds(jobs: list[SeedJob], workers: int, progress: bool = True) -> dict[int, dict]:
+    """Run each job in its own process, at most `workers` at once; {seed: final status}."""
+    ctx = _context()
+    pending, active, done = list(jobs), {}, {}
+    stopping = False
+
+    def on_signal(signum, frame):
+        nonlocal stopping
+        if stopping:  # second signal: children stop at once
+            for proc, _ in active.values():
+                if proc.pid:
+                    os.kill(proc.pid, signal.SIGINT)
+        stopping = True
+        for proc, _ in active.values():  # forward: the terminal may not have signalled them
+            if proc.pid and proc.is_alive():
+                os.kill(proc.pid, signal.SIGTERM)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with _Display(jobs, progress) as display:
+            while pending or active:
+                while pending and len(active) < workers and not stopping:
+                    job = pending.pop(0)
+                    reader, writer = ctx.Pipe(duplex=False)
+                    proc = ctx.Process(
+                        target=_child,
+                        args=(job, writer),
+                        daemon=False,
+                        name=f"backflip-seed-{job.seed}",
+                    )
+                    proc.start()
+                    writer.close()
+                    active[job.seed] = (proc, reader)
+                    display.update(job.seed, step=0, status="running")
+                readers = [r for _, r in active.values()]
+                for r in wait(readers, timeout=0.2) if readers else []:
+                    try:
+                        msg = r.recv()
+                    except (EOFError, OSError):
+                        continue
+                    kind, seed = msg[0], msg[1]
+                    if kind == "progress":
+                        display.update(seed, step=msg[2], sps=msg[3], ret=msg[4])
+                    elif kind == "warning":
+                        display.print(f"seed {seed}: warning: {msg[2]}")
+                for seed, (proc, reader) in list(active.items()):
+                    if proc.is_alive():
+                        continue
+                    proc.join()
+                    reader.close()
+                    del active[seed]
+                    done[seed] = _final_status(
+                        next(j for j in jobs if j.seed == seed), proc.exitcode
+                    )
+                    st = done[seed]
+                    display.update(seed, step=st.get("steps"), status=st["status"])
+                    display.print(_seed_line(st))
+            for job in pending:  # never started because of a stop request
+                status = {
+                    "seed": job.seed,
+                    "status": "interrupted",
+                    "steps": 0,
+                    "error": "not started: the launcher was stopped",
+                    "ended": now_iso(),
+                }
+                folder = seed_dir(Path(job.run_dir), job.seed)
+                folder.mkdir(parents=True, exist_ok=True)
+                write_json(folder / "status.json", status)
+                done[job.seed] = status
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return done
+
+
+def _final_status(job: SeedJob, exitcode: int | None) -> dict:
+    """The seed's status.json, repaired when its process died without writing the outcome."""
+    path = seed_dir(Path(job.run_dir), job.seed) / "status.json"
+    try:
+        status = read_json(path)
+    except Exception:  # noqa: BLE001
+        status = {"seed": job.seed}
+    if status.get("status") in (None, "running"):
+        if exitcode is not None and exitcode < 0:
+            sig = signal.Signals(-exitcode).name
+            why = " (often the kernel's out-of-memory killer)" if sig == "SIGKILL" else ""
+            status["error"] = f"the seed's process was killed by {sig}{why}"
+        else:
+            status["error"] = f"the seed's process exited with code {exitcode} without a result"
+        status.update(status="failed", ended=now_iso())
+        write_json(path, status)
+    return status
+
+
+def _seed_line(st: dict) -> str:
+    ev = st.get("final_eval_return")
+    result = f"eval return {ev:.1f}" if ev is not None else "no evaluation"
+    line = f"seed {st['seed']}: {st['status']} after {st.get('steps', 0):,} steps, {result}"
+    if st.get("wall_s"):
+        line += f", {st['wall_s']:.1f} s"
+    if st.get("error"):
+        line += f" — {st['error']}"
+    return line
+
+
+# --- a whole run: archive, seeds, outcome ---------------------------------------------------------
+
+
+def launch_run(
+    cfg,
+    home: Path,
+    argv: list[str],
+    message: str = "",
+    workers: int | None = None,
+    progress: bool = True,
+    rerun_of: str | None = None,
+    tags: list[str] | None = None,
+    on_created=None,
+) -> dict:
+    """Archive a new run of `cfg` (a TrainConfig), train its seeds in parallel, record the outcome.
+
+    `on_created(run_dir)` is called as soon as the run exists (the CLI prints the id then).
+    """
+    from backflip.runs.archive import create_run, finalize_run
+
+    workers = max(1, workers or os.cpu_count() or 1)
+    config = cfg.to_dict()
+    run_dir, _ = create_run(home, config, argv, message, rerun_of=rerun_of, tags=tags)
+    if on_created is not None:
+        on_created(run_dir)
+    started = time.time()
+    jobs = [SeedJob(str(run_dir), s, config) for s in cfg.seeds]
+    try:
+        run_seeds(jobs, workers=min(workers, len(jobs)), progress=progress)
+    finally:  # even if the launcher itself fails, the run gets an outcome
+        record = finalize_run(home, run_dir, started)
+    return record

@@ -1,0 +1,111 @@
+"""Small network builders and the action-distribution helpers the algorithms share.
+
+The distribution helpers are plain functions on tensors rather than `torch.distributions` objects:
+building a distribution object costs more than the tiny forward pass it wraps, and the hot
+rollout loop calls them once per env step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
+
+
+def layer_init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal weights with `gain`, constant bias (the PPO implementation-detail init)."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def mlp(
+    sizes: list[int], activation: str = "tanh", out_gain: float = 1.0, orthogonal: bool = True
+) -> nn.Sequential:
+    """Linear layers of `sizes` (input, hidden..., output) with `activation` between them.
+
+    With `orthogonal`, hidden layers get gain sqrt(2) and the output layer `out_gain`
+    (0.01 for a policy head keeps the initial policy near uniform, 1.0 for a value head).
+    """
+    act = ACTIVATIONS[activation]
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
+        last = i == len(sizes) - 2
+        linear = nn.Linear(n_in, n_out)
+        if orthogonal:
+            layer_init(linear, out_gain if last else math.sqrt(2))
+        layers.append(linear)
+        if not last:
+            layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class NatureCNN(nn.Module):
+    """The DQN-Nature encoder for 84x84 stacked frames (uint8 in, features out)."""
+
+    def __init__(self, in_channels: int, features: int = 512):
+        super().__init__()
+        self.net = nn.Sequential(
+            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, features)),
+            nn.ReLU(),
+        )
+        self.out_dim = features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.float() / 255.0)
+
+
+def encoder(obs_shape: tuple[int, ...], hidden: tuple[int, ...], activation: str):
+    """A feature extractor for `obs_shape`: identity for vectors, NatureCNN for images."""
+    if len(obs_shape) == 3:
+        cnn = NatureCNN(obs_shape[0])
+        return cnn, cnn.out_dim
+    return nn.Identity(), int(np.prod(obs_shape))
+
+
+def n_params(*modules: nn.Module) -> int:
+    return sum(p.numel() for m in modules for p in m.parameters())
+
+
+# --- categorical ------------------------------------------------------------------------------
+
+
+def categorical_sample(logits: torch.Tensor) -> torch.Tensor:
+    return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
+
+
+def categorical_logp_entropy(logits: torch.Tensor, actions: torch.Tensor):
+    """log pi(a|s) and the entropy of pi(.|s), per row."""
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, entropy
+
+
+# --- diagonal Gaussian ------------------------------------------------------------------------
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    return mean + log_std.exp() * torch.randn_like(mean)
+
+
+def gaussian_logp_entropy(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor):
+    """log pi(a|s) summed over action dimensions, and the entropy, per row."""
+    z = (actions - mean) / log_std.exp()
+    logp = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+    entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum(-1).expand(mean.shape[:-1])
+    return logp, entropy

@@ -1,0 +1,238 @@
+"""The run archive: one directory per run, the source of truth; `index.sqlite` is a cache of it.
+
+    <home>/
+      index.sqlite
+      <run id>/
+        run.json                 id, argv, message, resolved config, status, results, provenance
+        code.patch               uncommitted changes of the repo the run was launched from
+        backflip.patch           ... of backflip itself, when it is a separate checkout
+        packages.txt             every installed package, pinned
+        findings.json            the doctor's findings (when it has run)
+        seeds/<seed>/
+          status.json            status, steps, steps/s, final evaluation, error and traceback
+          stdout.log stderr.log  everything the seed's process printed
+          metrics.csv            long table: step, wall, name, value (docs/metrics.md)
+          episodes.csv           every finished training episode: step, return, length
+          tb/                    TensorBoard event files
+          checkpoints/           step_<n>.pt (periodic), final.pt
+
+Every JSON file is written atomically (temp file + rename), so a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from backflip.errors import UserError
+
+STATUSES = ("running", "finished", "failed", "interrupted")
+
+
+def home_dir(home: str | Path | None = None, create: bool = False) -> Path:
+    """The archive root: `--home`, else $BACKFLIP_HOME, else ./runs."""
+    path = Path(home or os.environ.get("BACKFLIP_HOME") or "runs").expanduser()
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise UserError(f"archive root {path} is not writable: {e.strerror or e}") from None
+    return path
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    """Sortable and unique across concurrent launches: 20261122-074502-3f9a."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def write_json(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_jsonable))
+    os.replace(tmp, path)
+
+
+def _jsonable(x):
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    return str(x)
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"missing {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(
+            f"corrupt archive file {path}: {e}; the run's other files are untouched "
+            f"(metrics in seeds/*/metrics.csv)"
+        ) from None
+
+
+def run_dirs(home: Path) -> list[Path]:
+    if not home.is_dir():
+        return []
+    return sorted(p for p in home.iterdir() if (p / "run.json").exists())
+
+
+def resolve_run(home: Path, ref: str) -> Path:
+    """A run directory from an id, a unique id prefix, `last`, or a path to a run directory."""
+    p = Path(ref)
+    if (p / "run.json").exists():
+        return p
+    if not home.is_dir():
+        raise UserError(f"no archive at {home} (set --home or BACKFLIP_HOME)")
+    if ref in ("last", "latest"):
+        dirs = run_dirs(home)
+        if not dirs:
+            raise UserError(f"no runs in {home}")
+        return dirs[-1]
+    if (home / ref / "run.json").exists():
+        return home / ref
+    matches = [d for d in run_dirs(home) if d.name.startswith(ref) or d.name.endswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise UserError(f"run id {ref!r} is ambiguous: {', '.join(d.name for d in matches[:5])}")
+    raise UserError(f"no run {ref!r} in {home} (see `backflip runs`)")
+
+
+def load_run(run_dir: Path) -> dict:
+    """run.json with each seed's status.json merged in as `seeds` (a list of dicts)."""
+    record = read_json(run_dir / "run.json")
+    if not isinstance(record, dict) or "id" not in record:
+        raise UserError(f"corrupt archive file {run_dir / 'run.json'}: not a run record")
+    record["dir"] = str(run_dir)
+    record["seeds"] = [seed_status(run_dir, s) for s in record.get("config", {}).get("seeds", [])]
+    return reconcile(record)
+
+
+def seed_dir(run_dir: Path, seed: int) -> Path:
+    return run_dir / "seeds" / str(seed)
+
+
+def seed_status(run_dir: Path, seed: int) -> dict:
+    path = seed_dir(run_dir, seed) / "status.json"
+    if not path.exists():
+        return {"seed": seed, "status": "pending"}
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, OSError):
+        return {"seed": seed, "status": "unknown", "error": f"unreadable {path}"}
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reconcile(record: dict) -> dict:
+    """A run still marked `running` whose launcher died on this host is reported as `failed`."""
+    if (
+        record.get("status") == "running"
+        and record.get("host") == socket.gethostname()
+        and not _pid_alive(record.get("pid"))
+    ):
+        record["status"] = "failed"
+        record.setdefault(
+            "error",
+            "the launching process died without recording an outcome "
+            "(killed, or the machine went down)",
+        )
+    return record
+
+
+# --- creating and closing runs ------------------------------------------------------------------
+
+
+def create_run(
+    home: Path,
+    config: dict,
+    argv: list[str],
+    message: str = "",
+    rerun_of: str | None = None,
+    tags: list[str] | None = None,
+) -> tuple[Path, dict]:
+    """Make the run directory, capture provenance, write run.json and index it."""
+    from backflip.runs import index, provenance
+
+    for _ in range(100):
+        run_id = new_run_id()
+        run_dir = home / run_id
+        try:
+            run_dir.mkdir(parents=True)
+            break
+        except FileExistsError:
+            continue
+    prov, files = provenance.capture()
+    for name, text in files.items():
+        (run_dir / name).write_text(text)
+    record = {
+        "id": run_id,
+        "created": now_iso(),
+        "status": "running",
+        "argv": list(argv),
+        "cwd": os.getcwd(),
+        "message": message,
+        "algo": config["algo"],
+        "env": config["env_id"],
+        "config": config,
+        "tags": list(tags or []),
+        "rerun_of": rerun_of,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "provenance": prov,
+    }
+    write_json(run_dir / "run.json", record)
+    record["seeds"] = [{"seed": s, "status": "pending"} for s in config["seeds"]]
+    index.upsert(home, record)
+    return run_dir, record
+
+
+def run_status(seed_statuses: list[str]) -> str:
+    """failed if any seed failed, else interrupted if any was, else finished."""
+    for status in ("failed", "interrupted", "running"):
+        if status in seed_statuses:
+            return status
+    return "finished"
+
+
+def finalize_run(home: Path, run_dir: Path, started: float) -> dict:
+    """Aggregate the seeds' outcomes into run.json and the index."""
+    from backflip import stats
+    from backflip.runs import index
+
+    record = read_json(run_dir / "run.json")
+    seeds = [seed_status(run_dir, s) for s in record["config"]["seeds"]]
+    record["status"] = run_status([s.get("status") for s in seeds])
+    record["ended"] = now_iso()
+    record["duration_s"] = time.time() - started
+    finals = [s.get("final_eval_return") for s in seeds]
+    record["results"] = {
+        **stats.summarize(finals),
+        "per_seed": {str(s["seed"]): s.get("final_eval_return") for s in seeds},
+    }
+    write_json(run_dir / "run.json", record)
+    record["seeds"] = seeds
+    index.upsert(home, record)
+    record["dir"] = str(run_dir)
+    return record

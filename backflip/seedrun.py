@@ -1,0 +1,204 @@
+"""`SeedRun`: everything an algorithm's training loop sees of the outside world.
+
+An algorithm's `train(cfg, run)` reads its budget and environment from `run`, writes metrics
+through `run.tel`, and at each iteration boundary calls
+
+    run.log(step)                       # one metrics row; live checks; progress
+    if run.eval_due(step): run.evaluate(step, act)
+    if run.checkpoint_due(step): run.save_checkpoint(step, state())
+
+and stops early when `run.stopping` becomes true (Ctrl-C or SIGTERM), finishing with
+`run.finish(step, act, state())`, which evaluates greedily (unless interrupted) and writes the
+final checkpoint. Nothing in here calls back into the algorithm.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from backflip.config import TrainConfig
+from backflip.envs import make_vec
+from backflip.telemetry import Telemetry
+
+EVAL_SEED_OFFSET = 500  # evaluation env copies never share seeds with training copies
+
+
+class NonFiniteError(RuntimeError):
+    """A logged value became NaN or infinite (stops the seed unless doctor.stop_on_nan=false)."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def evaluate(act: Callable[[np.ndarray], np.ndarray], envs, episodes: int, seed: int):
+    """Greedy returns and lengths of one episode on each of `episodes` env copies."""
+    obs, _ = envs.reset(seed=seed)
+    running = np.ones(episodes, bool)
+    ret, length = np.zeros(episodes), np.zeros(episodes, np.int64)
+    while running.any():
+        obs, r, term, trunc, _ = envs.step(act(obs))
+        ret += np.where(running, r, 0.0)
+        length += running
+        running &= ~(term | trunc)
+    return ret, length
+
+
+class SeedRun:
+    """One seed of one run: budget, env, telemetry, evaluation, checkpoints, stop flag."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        seed: int,
+        out_dir: str | Path | None = None,
+        on_row: Callable[[int, dict], None] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+        append: bool = False,
+    ):
+        self.cfg, self.seed = cfg, seed
+        self.env_id, self.env_opts, self.steps = cfg.env_id, cfg.env, cfg.steps
+        self.opts = cfg.run
+        self.device = torch.device(cfg.run.device)
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.stopping = False
+        self.result: dict = {}
+        self._on_row, self._on_warning = on_row, on_warning
+        self._warned: set[str] = set()
+        self.tel = Telemetry(
+            self.out_dir, enabled=cfg.run.telemetry, on_row=self._row, append=append
+        )
+        self._eval_envs = None
+        self._next_eval = cfg.run.eval_every or math.inf
+        every = cfg.run.checkpoint_every or max(1, cfg.steps // 4)
+        self._ckpt_every, self._next_ckpt = every, every
+        self.t_start = time.perf_counter()
+        self.eval_time = 0.0
+        self.monitors: list[Callable[[int, dict], list[str]]] = []
+        seed_everything(seed)
+
+    @property
+    def env_seed(self) -> int:
+        """Seed of the first training env copy; copy i gets env_seed + i (evaluation: + 500)."""
+        return self.seed * 1000
+
+    # -- per-iteration -----------------------------------------------------------------------
+
+    def log(self, step: int) -> dict:
+        """Write one metrics row for `step` (telemetry, NaN check, live doctor, progress)."""
+        self.step = step
+        return self.tel.dump(step)
+
+    def _row(self, step: int, row: dict) -> None:
+        bad = [k for k, v in row.items() if not math.isfinite(v)]
+        if bad:
+            msg = f"non-finite values at step {step}: {', '.join(sorted(bad)[:6])}" + (
+                " ..." if len(bad) > 6 else ""
+            )
+            if self.cfg.doctor.stop_on_nan:
+                raise NonFiniteError(
+                    msg + " — stopping this seed (doctor.stop_on_nan=false to go on)"
+                )
+            self.warn(msg, key="nonfinite")
+        for monitor in self.monitors:
+            for message in monitor(step, row):
+                self.warn(message)
+        if self._on_row is not None:
+            self._on_row(step, row)
+
+    def warn(self, message: str, key: str | None = None) -> None:
+        """A live warning, printed once per key (to the console and the seed's stderr log)."""
+        key = key or message
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        if self._on_warning is not None:
+            self._on_warning(message)
+
+    def eval_due(self, step: int) -> bool:
+        if step >= self._next_eval:
+            while self._next_eval <= step:
+                self._next_eval += self.opts.eval_every
+            return True
+        return False
+
+    def checkpoint_due(self, step: int) -> bool:
+        if step >= self._next_ckpt:
+            while self._next_ckpt <= step:
+                self._next_ckpt += self._ckpt_every
+            return True
+        return False
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def evaluate(self, step: int, act: Callable[[np.ndarray], np.ndarray]) -> float:
+        """Greedy evaluation on separately seeded env copies; logs eval/* into this row."""
+        t0 = time.perf_counter()
+        if self._eval_envs is None:
+            self._eval_envs = make_vec(self.env_id, self.opts.eval_episodes, self.env_opts)
+        with torch.inference_mode():
+            rets, lens = evaluate(
+                act, self._eval_envs, self.opts.eval_episodes, self.env_seed + EVAL_SEED_OFFSET
+            )
+        self.tel.log_stats("eval/return", rets)
+        self.tel.log(**{"eval/len_mean": float(lens.mean())})
+        dt = time.perf_counter() - t0
+        self.eval_time += dt
+        self.tel.log(**{"time/eval_s": dt})
+        self.result.update(
+            eval_return=float(rets.mean()), eval_returns=rets.tolist(), eval_step=step
+        )
+        return float(rets.mean())
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def save_checkpoint(self, step: int, state: dict, name: str | None = None) -> Path | None:
+        if self.out_dir is None:
+            return None
+        folder = self.out_dir / "checkpoints"
+        folder.mkdir(exist_ok=True)
+        path = folder / (name or f"step_{step:09d}.pt")
+        payload = {
+            "step": step,
+            "algo": self.cfg.algo,
+            "env_id": self.env_id,
+            "seed": self.seed,
+            "config": self.cfg.to_dict(),
+            "state": state,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+            },
+        }
+        tmp = path.with_suffix(".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+        self.result["checkpoint"] = str(path)
+        return path
+
+    def finish(self, step: int, act: Callable[[np.ndarray], np.ndarray], state: dict) -> None:
+        """End of training: final greedy evaluation (skipped if stopping), row, final checkpoint."""
+        self.step = step
+        if not self.stopping:
+            self.evaluate(step, act)
+            self.tel.dump(step)
+        self.save_checkpoint(step, state, name="final.pt")
+        self.result["steps"] = step
+        train_time = time.perf_counter() - self.t_start - self.eval_time
+        self.result["sps"] = step / train_time if train_time > 0 else 0.0
+
+    def close(self) -> None:
+        self.tel.close()
+        if self._eval_envs is not None:
+            self._eval_envs.close()

@@ -1,0 +1,112 @@
+"""Plain-text summaries of runs for the terminal (`train`, `show`, `runs`)."""
+
+from __future__ import annotations
+
+import shlex
+
+from backflip.stats import MIN_TRUSTWORTHY_SEEDS
+
+
+def fmt(x, digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    try:
+        return f"{x:,.{digits}f}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    seconds = float(seconds)
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def result_line(results: dict) -> str:
+    """'IQM 500.0 [95% CI 487.2, 500.0], mean 498.1, min 471.0, max 500.0 (3 seeds)'."""
+    if not results or not results.get("n"):
+        return "no seed finished an evaluation"
+    n = results["n"]
+    line = (
+        f"IQM {fmt(results['iqm'])} [95% CI {fmt(results.get('ci_low'))}, "
+        f"{fmt(results.get('ci_high'))}], mean {fmt(results['mean'])}, "
+        f"min {fmt(results['min'])}, max {fmt(results['max'])} ({n} seed{'s' * (n != 1)})"
+    )
+    if n < MIN_TRUSTWORTHY_SEEDS:
+        line += f" — fewer than {MIN_TRUSTWORTHY_SEEDS} seeds: the interval is not trustworthy"
+    return line
+
+
+def reproduce_command(record: dict) -> str:
+    """A `backflip train` command line that recreates the run's resolved configuration."""
+    from backflip.config import TrainConfig, resolve
+
+    cfg = record["config"]
+    seeds = cfg["seeds"]
+    parts = ["backflip", "train", cfg["algo"], "--env", cfg["env_id"]]
+    contiguous = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+    if contiguous:
+        parts += ["--seeds", str(len(seeds))] + (
+            ["--seed-start", str(seeds[0])] if seeds[0] else []
+        )
+    else:
+        parts += ["--seed-list", ",".join(map(str, seeds))]
+    parts += ["--steps", str(cfg["steps"])]
+    try:
+        base = resolve(cfg["algo"], cfg["env_id"], seeds, cfg["steps"]).flat()
+        current = TrainConfig.from_dict(cfg).flat()
+        for key, value in current.items():
+            if base.get(key) != value:
+                if isinstance(value, list | tuple):
+                    value = ",".join(map(str, value))
+                parts += ["--set", f"{key}={value}"]
+    except Exception:  # noqa: BLE001 — an algorithm removed since; show the original argv
+        return shlex.join(record.get("argv", []))
+    if record.get("message"):
+        parts += ["-m", record["message"]]
+    return shlex.join(parts)
+
+
+def seed_table_rows(seeds: list[dict]) -> list[list[str]]:
+    return [
+        [
+            str(s.get("seed")),
+            s.get("status", "?"),
+            fmt(s.get("final_eval_return")),
+            f"{s.get('steps', 0) or 0:,}",
+            fmt(s.get("sps"), 0),
+            duration(s.get("wall_s")),
+            (s.get("error") or "")[:80],
+        ]
+        for s in seeds
+    ]
+
+
+def run_summary(record: dict) -> str:
+    """The closing summary of `backflip train` and the head of `backflip show`."""
+    cfg = record.get("config", {})
+    lines = [
+        f"run {record['id']} {record.get('status')} in {duration(record.get('duration_s'))} — "
+        f"{record.get('algo')} on {record.get('env')}, {len(cfg.get('seeds', []))} seed(s) × "
+        f"{cfg.get('steps', 0):,} steps",
+    ]
+    if record.get("message"):
+        lines.append(f"question: {record['message']}")
+    res = record.get("results") or {}
+    episodes = cfg.get("run", {}).get("eval_episodes", "?")
+    lines.append(f"final greedy eval return ({episodes} episodes per seed): {result_line(res)}")
+    per_seed = res.get("per_seed") or {}
+    if per_seed:
+        lines.append("  per seed: " + ", ".join(f"{k}: {fmt(v)}" for k, v in per_seed.items()))
+    for s in record.get("seeds", []):
+        if s.get("status") in ("failed", "interrupted") and s.get("error"):
+            lines.append(f"  seed {s['seed']} {s['status']}: {s['error']}")
+    sps = [s.get("sps") for s in record.get("seeds", []) if s.get("sps")]
+    if sps:
+        lines.append(f"steps/s per seed: {', '.join(fmt(x, 0) for x in sps)}")
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+"""Telemetry: cheap accumulation in hot loops, one reduction and one write per iteration.
+
+Two verbs, as in Spinning Up's logger:
+
+    tel.store(policy_loss=loss.detach())   # inside minibatch loops: appends, no conversion
+    tel.dump(step)                         # at the iteration boundary: reduce, write, clear
+
+`store` keeps tensors as they are; `dump` stacks each key once and converts once, so a hot loop
+never pays for `.item()`. Every row goes to two sinks:
+
+- `metrics.csv`, a long table (`step, wall, name, value`) that tolerates metrics which appear
+  only sometimes (evaluation) and is readable after a crash up to the last flushed row;
+- a TensorBoard event file (one `Event` per dump carrying every scalar).
+
+Names follow `group/name` (see docs/metrics.md): rollout/, env/, train/, eval/, time/, sys/.
+`episodes.csv` keeps every finished episode (step, return, length) for exact learning curves.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+
+def _to_floats(values: list) -> np.ndarray:
+    if hasattr(values[0], "detach"):  # torch tensors: one stack, one conversion
+        import torch
+
+        return torch.stack([v.detach().float().reshape(()) for v in values]).cpu().numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+class Timer:
+    """`with tel.timer("update"):` adds the elapsed seconds to `time/update_s` of this row."""
+
+    __slots__ = ("name", "sink", "t0")
+
+    def __init__(self, name: str, sink: dict):
+        self.name, self.sink = name, sink
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        key = f"time/{self.name}_s"
+        self.sink[key] = self.sink.get(key, 0.0) + time.perf_counter() - self.t0
+
+
+class Telemetry:
+    """Metrics writer for one seed. With `out_dir=None` it keeps rows in memory only."""
+
+    def __init__(
+        self,
+        out_dir: str | Path | None,
+        enabled: bool = True,
+        tensorboard: bool = True,
+        episode_window: int = 20,
+        on_row: Callable[[int, dict], None] | None = None,
+        append: bool = False,
+    ):
+        self.enabled = enabled
+        self.on_row = on_row
+        self._stored: dict[str, list] = collections.defaultdict(list)
+        self._scalars: dict[str, float] = {}
+        self._timers: dict[str, float] = {}
+        self._proc = psutil.Process()
+        self._t_start = self._t_last = time.perf_counter()
+        self._step_last = 0
+        self.episodes: collections.deque = collections.deque(maxlen=episode_window)
+        self.n_episodes = 0
+        self.last_row: dict[str, float] = {}
+        self.rows_written = 0
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self._csv = self._episodes_csv = self._tb = None
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            mode = "a" if append else "w"
+            new = not append or not (self.out_dir / "metrics.csv").exists()
+            self._csv_file = open(self.out_dir / "metrics.csv", mode, newline="", buffering=1 << 16)
+            self._csv = csv.writer(self._csv_file)
+            if new:
+                self._csv.writerow(["step", "wall", "name", "value"])
+            new_ep = not append or not (self.out_dir / "episodes.csv").exists()
+            self._ep_file = open(self.out_dir / "episodes.csv", mode, newline="", buffering=1 << 16)
+            self._episodes_csv = csv.writer(self._ep_file)
+            if new_ep:
+                self._episodes_csv.writerow(["step", "return", "length"])
+            if tensorboard and enabled:
+                from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+                self._tb = EventFileWriter(str(self.out_dir / "tb"), flush_secs=10)
+        self._last_flush = time.monotonic()
+
+    # -- accumulation ------------------------------------------------------------------------
+
+    def store(self, **values) -> None:
+        """Append values (floats or 0-d tensors); `dump` reports their mean."""
+        if self.enabled:
+            for k, v in values.items():
+                self._stored[k].append(v)
+
+    def log(self, **values) -> None:
+        """Set scalars for this row directly (last value wins)."""
+        if self.enabled:
+            self._scalars.update(values)
+
+    def log_stats(self, prefix: str, values, minmax: bool = True) -> None:
+        """`prefix_mean`, `prefix_std` (and `_min`, `_max`) of an array of values."""
+        if not self.enabled or len(values) == 0:
+            return
+        a = np.asarray(values, dtype=np.float64)
+        self._scalars[f"{prefix}_mean"] = float(a.mean())
+        self._scalars[f"{prefix}_std"] = float(a.std())
+        if minmax:
+            self._scalars[f"{prefix}_min"] = float(a.min())
+            self._scalars[f"{prefix}_max"] = float(a.max())
+
+    def timer(self, name: str) -> Timer:
+        return Timer(name, self._timers)
+
+    def episode(self, step: int, ret: float, length: int) -> None:
+        """Record one finished episode (always, even with telemetry off: it is the result)."""
+        self.episodes.append((ret, length))
+        self.n_episodes += 1
+        if self._episodes_csv is not None:
+            self._episodes_csv.writerow([step, repr(float(ret)), int(length)])
+
+    # -- reduction ---------------------------------------------------------------------------
+
+    def dump(self, step: int) -> dict[str, float]:
+        """Reduce everything stored since the last dump into one row and write it."""
+        now = time.perf_counter()
+        row: dict[str, float] = {}
+        if self.enabled:
+            for k, vals in self._stored.items():
+                if vals:
+                    row[k] = float(_to_floats(vals).mean())
+            row.update({k: float(v) for k, v in self._scalars.items()})
+            if self.episodes:
+                rets = np.array([e[0] for e in self.episodes])
+                lens = np.array([e[1] for e in self.episodes])
+                row.update(
+                    {
+                        "rollout/ep_return_mean": float(rets.mean()),
+                        "rollout/ep_return_std": float(rets.std()),
+                        "rollout/ep_return_min": float(rets.min()),
+                        "rollout/ep_return_max": float(rets.max()),
+                        "rollout/ep_len_mean": float(lens.mean()),
+                        "rollout/ep_len_min": float(lens.min()),
+                        "rollout/ep_len_max": float(lens.max()),
+                        "rollout/episodes": float(self.n_episodes),
+                    }
+                )
+            row.update(self._timers)
+            row["sys/rss_mb"] = self._proc.memory_info().rss / 2**20
+        dt = now - self._t_last
+        row["time/sps"] = (step - self._step_last) / dt if dt > 0 else 0.0
+        row["time/wall_s"] = now - self._t_start
+        self._stored.clear()
+        self._scalars.clear()
+        self._timers.clear()
+        self._t_last, self._step_last = now, step
+        self._write(step, row)
+        self.last_row = row
+        if self.on_row is not None:
+            self.on_row(step, row)
+        return row
+
+    def _write(self, step: int, row: dict[str, float]) -> None:
+        if self._csv is None:
+            return
+        wall = time.time()
+        self._csv.writerows([step, f"{wall:.3f}", k, repr(v)] for k, v in row.items())
+        self.rows_written += 1
+        if self._tb is not None:
+            from tensorboard.compat.proto.event_pb2 import Event
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            values = [
+                Summary.Value(tag=k, simple_value=v) for k, v in row.items() if math.isfinite(v)
+            ]
+            self._tb.add_event(Event(wall_time=wall, step=step, summary=Summary(value=values)))
+        if time.monotonic() - self._last_flush > 2.0:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._csv is None:
+            return
+        self._csv_file.flush()
+        self._ep_file.flush()
+        os.fsync(self._csv_file.fileno())
+        if self._tb is not None:
+            self._tb.flush()
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        if self._csv is None:
+            return
+        self.flush()
+        self._csv_file.close()
+        self._ep_file.close()
+        if self._tb is not None:
+            self._tb.close()
+        self._csv = None
+
+
+# --- reading back -----------------------------------------------------------------------------
+
+
+def read_metrics(path: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """`metrics.csv` -> {name: (steps, values)}; a truncated last line (crash) is skipped."""
+    series: dict[str, tuple[list, list]] = collections.defaultdict(lambda: ([], []))
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        for rec in reader:
+            if len(rec) != 4:
+                continue
+            try:
+                step, value = int(rec[0]), float(rec[3])
+            except ValueError:
+                continue
+            s, v = series[rec[2]]
+            s.append(step)
+            v.append(value)
+    return {k: (np.asarray(s), np.asarray(v)) for k, (s, v) in series.items()}
+
+
+def read_episodes(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`episodes.csv` -> (steps, returns, lengths)."""
+    steps, rets, lens = [], [], []
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        for rec in reader:
+            try:
+                steps.append(int(rec[0]))
+                rets.append(float(rec[1]))
+                lens.append(int(rec[2]))
+            except (ValueError, IndexError):
+                continue
+    return np.asarray(steps), np.asarray(rets), np.asarray(lens)
