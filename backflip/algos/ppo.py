@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from backflip.algos.common import explained_variance, gae
 from backflip.envs import make_vec
 from backflip.nets import (
     categorical_logp_entropy,
@@ -164,12 +165,6 @@ class ActorCritic(nn.Module):
         return out.argmax(-1) if self.discrete else out
 
 
-def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var[target - pred] / Var[target]: 1 is perfect, 0 a constant, < 0 worse than one."""
-    var = target.var()
-    return float("nan") if var == 0 else float(1 - (target - pred).var() / var)
-
-
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
     diag = tel.enabled  # diagnostics beyond the losses cost a little; skip them when logging is off
@@ -260,14 +255,9 @@ def train(cfg: Config, run: SeedRun) -> None:
             o = obs_norm(obs, update=False) if obs_norm else obs
             _, last_value = ac(torch.as_tensor(o, device=device))
             next_val = torch.cat([val_buf[1:], last_value.cpu()[None]])
-            not_term, not_done = (~term_buf).float(), (~done_buf).float()
-            delta = rew_buf + cfg.gamma * next_val * not_term - val_buf
-            adv = torch.zeros_like(rew_buf)
-            last = torch.zeros(N)
-            for t in reversed(range(T)):
-                last = delta[t] + cfg.gamma * cfg.gae_lambda * not_done[t] * last
-                adv[t] = last
-            ret = adv + val_buf
+            adv, ret = gae(
+                rew_buf, val_buf, next_val, term_buf, done_buf, cfg.gamma, cfg.gae_lambda
+            )
 
         # -- flatten the valid transitions --------------------------------------------------
         keep = valid_buf.reshape(-1).nonzero().squeeze(-1)

@@ -8,6 +8,7 @@ returns the reset observation, and that step's action is ignored) and the same s
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import gymnasium as gym
 import numpy as np
@@ -46,8 +47,17 @@ def _maybe_register_ale(env_id: str) -> None:
 
 
 def check_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The registered spec for `env_id`, or a UserError naming the closest ids."""
+    """The registered spec for `env_id`, or a UserError naming the closest ids.
+
+    `module:EnvId-v0` first imports `module` (which registers the env), as `gymnasium.make` does.
+    """
     register_envs()
+    module, _, env_id = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise UserError(f"cannot import {module!r} for env {env_id!r}: {e}") from None
     _maybe_register_ale(env_id)
     try:
         return gym.spec(env_id)
@@ -66,7 +76,12 @@ def space_kind(space: gym.Space) -> str:
 
 def check_supported(algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOptions) -> None:
     """Raise a UserError if `algo` can't act in `env_id` (e.g. DQN on a Box action space)."""
-    env = make_env(env_id, opts)
+    try:
+        env = make_env(env_id, opts)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 — the env's own constructor failed: say so in one line
+        raise UserError(f"could not create {env_id}: {type(e).__name__}: {e}") from None
     try:
         act, obs = env.action_space, env.observation_space
     finally:
@@ -83,11 +98,13 @@ def make_env(
 ) -> gym.Env:
     """One environment copy with the `env.*` option wrappers applied."""
     opts = opts or EnvOptions()
-    check_env_id(env_id)
+    env_id = check_env_id(env_id).id
     if opts.max_episode_steps:
         kwargs["max_episode_steps"] = opts.max_episode_steps
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
     try:
-        env = gym.make(env_id, render_mode=render_mode, **kwargs)
+        env = gym.make(env_id, **kwargs)
     except gym.error.DependencyNotInstalled as e:
         raise UserError(f"{env_id} needs an extra dependency: {e}") from None
     if isinstance(env.observation_space, gym.spaces.Discrete):
@@ -120,7 +137,7 @@ def make_vec(env_id: str, num_envs: int, opts: EnvOptions | None = None) -> gym.
     opts = opts or EnvOptions()
     spec = check_env_id(env_id)
     if spec.vector_entry_point is not None and opts == EnvOptions():
-        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point")
+        env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point")
     else:
         env = gym.vector.SyncVectorEnv(
             [lambda: make_env(env_id, opts) for _ in range(num_envs)],

@@ -1,0 +1,51 @@
+"""Shared fixtures: a fresh archive root per test and a helper that runs the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli_env(home: Path) -> dict:
+    env = dict(os.environ)
+    env["BACKFLIP_HOME"] = str(home)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    path = tmp_path / "archive"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def cli(home):
+    """Run `backflip ARGS...` in a subprocess against the test's archive; returns the result."""
+
+    def run(*args, check: bool = True, timeout: float = 600, **kwargs):
+        proc = subprocess.run(
+            [sys.executable, "-m", "backflip", *map(str, args)],
+            capture_output=True,
+            text=True,
+            env=cli_env(home),
+            timeout=timeout,
+            cwd=kwargs.pop("cwd", ROOT),
+            **kwargs,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"backflip {' '.join(map(str, args))} exited {proc.returncode}\n"
+                f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+            )
+        return proc
+
+    return run

@@ -1,0 +1,103 @@
+import pytest
+
+from backflip.config import TrainConfig, describe, load_config_file, parse_sets, resolve
+from backflip.errors import UserError
+
+
+def test_set_values_are_type_checked_and_applied():
+    cfg = resolve(
+        "ppo",
+        "CartPole-v1",
+        [0],
+        None,
+        set_values=parse_sets(
+            [
+                "lr=3e-4",
+                "epochs=1e1",
+                "norm_obs=yes",
+                "hidden=32,32",
+                "env.reward_scale=10",
+                "doctor.stop_on_nan=false",
+                "eval_episodes=3",
+            ]
+        ),
+    )
+    assert cfg.hp.lr == 3e-4 and cfg.hp.epochs == 10 and cfg.hp.norm_obs is True
+    assert cfg.hp.hidden == (32, 32)
+    assert cfg.env.reward_scale == 10.0 and cfg.doctor.stop_on_nan is False
+    assert cfg.run.eval_episodes == 3
+
+
+def test_unknown_key_lists_valid_keys_and_suggests():
+    with pytest.raises(UserError) as e:
+        resolve("ppo", "CartPole-v1", [0], None, set_values={"lrr": "1"})
+    msg = str(e.value)
+    assert "did you mean lr" in msg and "gae_lambda" in msg and "env.reward_scale" in msg
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("lr", "fast", "not a number"),
+        ("epochs", "2.5", "not an integer"),
+        ("norm_obs", "maybe", "boolean"),
+        ("lr", "-1", "lr must be > 0"),
+        ("gamma", "1.5", "gamma must be in (0, 1]"),
+        ("eval_episodes", "0", "eval_episodes must be >= 1"),
+        ("device", "tpu", "device must be cpu or cuda"),
+    ],
+)
+def test_bad_values_say_what_is_wrong(key, value, words):
+    with pytest.raises(UserError, match=None) as e:
+        resolve("ppo", "CartPole-v1", [0], None, set_values={key: value})
+    assert words in str(e.value)
+
+
+def test_precedence_defaults_preset_file_set(tmp_path):
+    # the Pendulum preset changes gamma; a file overrides the preset; --set overrides the file
+    assert resolve("ppo", "Pendulum-v1", [0], None).hp.gamma == 0.9
+    f = tmp_path / "c.yaml"
+    f.write_text("gamma: 0.95\nlr: 0.01\nenv:\n  reward_scale: 2\n")
+    cfg = resolve("ppo", "Pendulum-v1", [0], None, load_config_file(f), {"lr": "0.02"})
+    assert cfg.hp.gamma == 0.95 and cfg.hp.lr == 0.02 and cfg.env.reward_scale == 2.0
+    assert cfg.steps == 200_000 and cfg.preset == "Pendulum-v1"
+
+
+def test_toml_config_and_bad_files(tmp_path):
+    t = tmp_path / "c.toml"
+    t.write_text("epochs = 4\n[env]\nobs_scale = 3.0\n")
+    cfg = resolve("ppo", "CartPole-v1", [0], None, load_config_file(t))
+    assert cfg.hp.epochs == 4 and cfg.env.obs_scale == 3.0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lr: [unclosed\n")
+    with pytest.raises(UserError, match="cannot parse"):
+        load_config_file(bad)
+    with pytest.raises(UserError, match="not found"):
+        load_config_file(tmp_path / "missing.yaml")
+
+
+def test_round_trip_through_dict():
+    cfg = resolve("ppo", "CartPole-v1", [3, 4], 5000, set_values={"hidden": "16"})
+    again = TrainConfig.from_dict(cfg.to_dict())
+    assert again == cfg
+
+
+def test_every_config_field_is_documented():
+    from backflip.algos import ALGOS, get_algo
+    from backflip.config import SECTIONS, RunOptions
+
+    classes = [get_algo(a).config for a in ALGOS] + [RunOptions, *SECTIONS.values()]
+    for cls in classes:
+        for name, _tp, _default, doc in describe(cls):
+            assert doc, f"{cls.__module__}.{cls.__name__}.{name} has no docstring"
+
+
+def test_bare_keys_do_not_collide_between_algorithm_and_run_options():
+    import dataclasses
+
+    from backflip.algos import ALGOS, get_algo
+    from backflip.config import RunOptions
+
+    run_keys = {f.name for f in dataclasses.fields(RunOptions)}
+    for a in ALGOS:
+        assert not run_keys & {f.name for f in dataclasses.fields(get_algo(a).config)}, a

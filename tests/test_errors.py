@@ -1,0 +1,100 @@
+"""Bad input gets one clear line on stderr and exit status 2 — never a traceback."""
+
+import json
+import os
+
+import pytest
+
+
+def assert_clean_error(proc, *words):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: "), proc.stderr
+    for w in words:
+        assert w in proc.stderr, proc.stderr
+
+
+def test_unknown_algorithm(cli):
+    assert_clean_error(
+        cli("train", "ppoo", "--env", "CartPole-v1", check=False),
+        "unknown algorithm 'ppoo'",
+        "did you mean ppo",
+    )
+
+
+def test_unknown_env(cli):
+    assert_clean_error(
+        cli("train", "ppo", "--env", "CartPol-v1", check=False),
+        "unknown environment 'CartPol-v1'",
+        "CartPole-v1",
+    )
+
+
+def test_action_space_the_algorithm_cannot_handle(cli):
+    proc = cli("train", "ppo", "--env", "tests.fault_envs:MultiDiscreteActions-v0", check=False)
+    assert_clean_error(
+        proc,
+        "ppo needs a Discrete or Box action space",
+        "MultiDiscreteActions-v0 has MultiDiscrete",
+    )
+
+
+def test_bad_set_key_lists_valid_keys(cli):
+    proc = cli("train", "ppo", "--env", "CartPole-v1", "--set", "learning_rate=1", check=False)
+    assert_clean_error(proc, "unknown key 'learning_rate'", "valid keys:", "gae_lambda")
+
+
+def test_bad_set_value(cli):
+    assert_clean_error(
+        cli("train", "ppo", "--env", "CartPole-v1", "--set", "epochs=many", check=False),
+        "bad value for epochs",
+        "not an integer",
+    )
+
+
+def test_unknown_run_id(cli):
+    assert_clean_error(cli("show", "nope", check=False), "no run 'nope'")
+
+
+def test_unwritable_archive_root(cli, tmp_path):
+    ro = tmp_path / "readonly"
+    ro.mkdir()
+    ro.chmod(0o500)
+    if os.access(ro, os.W_OK):  # root ignores permissions: use a path under a regular file
+        target = tmp_path / "a-file"
+        target.write_text("")
+        home = target / "archive"
+    else:
+        home = ro / "archive"
+    assert_clean_error(
+        cli("train", "ppo", "--env", "CartPole-v1", "--home", home, check=False), "is not writable"
+    )
+
+
+def test_corrupt_run_json(cli, home):
+    run = home / "20260101-000000-dead"
+    run.mkdir()
+    (run / "run.json").write_text('{"id": "20260101-000000-dead", "config": {')
+    proc = cli("show", "20260101-000000-dead", check=False)
+    assert_clean_error(proc, "corrupt archive file", "run.json")
+    # and the corrupt file is left as it was: nothing is lost
+    assert (run / "run.json").read_text().endswith("{")
+
+
+@pytest.mark.parametrize("args", [["--steps", "0"], ["--steps", "abc"], ["--seeds", "0"]])
+def test_bad_budget_arguments(cli, args):
+    proc = cli("train", "ppo", "--env", "CartPole-v1", *args, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_bad_config_file(cli, tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("- a list, not a mapping\n")
+    assert_clean_error(
+        cli("train", "ppo", "--env", "CartPole-v1", "--config", f, check=False),
+        "must hold a mapping",
+    )
+
+
+def test_runs_json_on_empty_archive(cli):
+    assert json.loads(cli("runs", "--json").stdout) == []

@@ -1,0 +1,294 @@
+"""`backflip train`, `runs`, `show`, `rerun` end to end, through the real CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from backflip.runs import index
+from backflip.runs.archive import load_run, resolve_run
+from backflip.telemetry import read_metrics
+from tests.conftest import ROOT, cli_env
+
+TINY = ["--steps", "2048", "--set", "epochs=2", "--no-progress"]
+
+
+def test_train_prints_run_id_first_and_summary_last_and_archives_everything(cli, home):
+    proc = cli(
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--seeds",
+        "2",
+        "--workers",
+        "2",
+        "-m",
+        "does the skeleton work?",
+        *TINY,
+    )
+    lines = proc.stdout.strip().splitlines()
+    run_id = lines[0].split()[1].rstrip(":")
+    assert lines[0].startswith(f"run {run_id}: ppo on CartPole-v1, 2 seed(s)")
+    assert lines[-1].startswith("archived in") and run_id in lines[-1]
+    assert "final greedy eval return" in proc.stdout and "IQM" in proc.stdout
+    run_dir = home / run_id
+    record = load_run(run_dir)
+    assert record["status"] == "finished" and record["message"] == "does the skeleton work?"
+    assert record["argv"][-len(TINY) :] == TINY
+    prov = record["provenance"]
+    assert prov["packages"]["torch"].startswith("2.13.0")
+    assert prov["backflip"]["source_sha256"] and prov["host"]["cpu_count"]
+    assert "backflip_git" in prov or "git" in prov  # the tests run inside backflip's checkout
+    assert (run_dir / "packages.txt").read_text().count("==") > 10
+    for seed in (0, 1):
+        folder = run_dir / "seeds" / str(seed)
+        for name in (
+            "metrics.csv",
+            "episodes.csv",
+            "status.json",
+            "stdout.log",
+            "stderr.log",
+            "checkpoints/final.pt",
+        ):
+            assert (folder / name).exists(), name
+        assert list((folder / "tb").glob("events.out.tfevents.*"))
+        assert list((folder / "checkpoints").glob("step_*.pt")), "periodic checkpoints"
+        st = record["seeds"][seed]
+        assert st["status"] == "finished" and st["steps"] == 2048 and st["sps"] > 0
+        assert st["final_eval_return"] is not None
+    rows = index.query(home)
+    assert [r["id"] for r in rows] == [run_id] and rows[0]["status"] == "finished"
+
+
+def test_show_json_contract_and_runs_filters(cli, home):
+    cli("train", "ppo", "--env", "CartPole-v1", "-m", "first", *TINY)
+    cli(
+        "train",
+        "ppo",
+        "--env",
+        "Pendulum-v1",
+        "-m",
+        "second",
+        "--steps",
+        "2048",
+        "--set",
+        "num_steps=256",
+        "--set",
+        "epochs=1",
+        "--no-progress",
+    )
+    runs = json.loads(cli("runs", "--json").stdout)
+    assert [r["env"] for r in runs] == ["Pendulum-v1", "CartPole-v1"]
+    assert [r["env"] for r in json.loads(cli("runs", "--json", "--env", "CartPole-v1").stdout)] == [
+        "CartPole-v1"
+    ]
+    assert [r["message"] for r in json.loads(cli("runs", "--json", "--grep", "sec").stdout)] == [
+        "second"
+    ]
+    assert json.loads(cli("runs", "--json", "--status", "failed").stdout) == []
+    table = cli("runs").stdout
+    assert "Pendulum-v1" in table and "second" in table
+    shown = json.loads(cli("show", runs[1]["id"], "--json").stdout)
+    for key in ("status", "config", "argv", "message", "provenance", "seeds"):
+        assert key in shown
+    seed = shown["seeds"][0]
+    assert set(seed) >= {"seed", "status", "final_eval_return", "steps", "sps", "wall_s"}
+    text = cli("show", runs[1]["id"]).stdout
+    assert (
+        "reproduce: backflip train ppo --env CartPole-v1 --seeds 1 --steps 2048 --set epochs=2"
+        in text
+    )
+
+
+def test_rerun_uses_the_same_config_and_seeds_and_links_the_original(cli, home):
+    cli("train", "ppo", "--env", "CartPole-v1", "--seed-start", "7", *TINY)
+    original = json.loads(cli("runs", "--json").stdout)[0]["id"]
+    cli("rerun", original, "--no-progress")
+    newest = json.loads(cli("runs", "--json").stdout)[0]
+    assert newest["id"] != original and newest["rerun_of"] == original
+    a = load_run(resolve_run(home, original))
+    b = load_run(resolve_run(home, newest["id"]))
+    assert a["config"] == b["config"] and b["config"]["seeds"] == [7]
+    # same seed, same machine, same config: the same result
+    assert a["results"]["per_seed"] == b["results"]["per_seed"]
+
+
+def _metrics_without_timing(path):
+    return {k: v for k, v in read_metrics(path).items() if not k.startswith(("time/", "sys/"))}
+
+
+def test_same_seed_twice_gives_identical_metrics(cli, home):
+    for _ in range(2):
+        cli(
+            "train",
+            "ppo",
+            "--env",
+            "CartPole-v1",
+            "--seed-start",
+            "3",
+            "--steps",
+            "4096",
+            "--set",
+            "epochs=4",
+            "--no-progress",
+        )
+    ids = [r["id"] for r in json.loads(cli("runs", "--json").stdout)]
+    a, b = (_metrics_without_timing(home / i / "seeds" / "3" / "metrics.csv") for i in ids)
+    assert a.keys() == b.keys() and len(a) > 30
+    for k in a:
+        assert (a[k][0] == b[k][0]).all() and (a[k][1] == b[k][1]).all(), k
+    ea = (home / ids[0] / "seeds/3/episodes.csv").read_text()
+    assert ea == (home / ids[1] / "seeds/3/episodes.csv").read_text()
+
+
+def test_sigint_marks_the_run_interrupted_with_metrics_and_a_checkpoint(home):
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "backflip",
+            "train",
+            "ppo",
+            "--env",
+            "CartPole-v1",
+            "--seeds",
+            "2",
+            "--workers",
+            "2",
+            "--steps",
+            "1000000",
+            "--no-progress",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(home),
+        cwd=ROOT,
+    )
+    first = proc.stdout.readline()
+    run_id = first.split()[1].rstrip(":")
+    metrics = home / run_id / "seeds" / "0" / "metrics.csv"
+    deadline = time.time() + 60
+    while time.time() < deadline and (not metrics.exists() or metrics.stat().st_size < 5000):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)  # to the launcher only, as `kill -INT` would
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    record = load_run(home / run_id)
+    assert record["status"] == "interrupted"
+    for s in record["seeds"]:
+        assert s["status"] == "interrupted"
+        assert 0 < s["steps"] < 1_000_000
+        folder = home / run_id / "seeds" / str(s["seed"])
+        assert (folder / "checkpoints" / "final.pt").exists()
+        series = read_metrics(folder / "metrics.csv")
+        assert series["train/policy_loss"][0].max() == s["steps"]
+    assert index.query(home)[0]["status"] == "interrupted"
+
+
+def test_env_that_raises_mid_training_fails_with_its_traceback_kept(cli, home):
+    proc = cli(
+        "train",
+        "ppo",
+        "--env",
+        "tests.fault_envs:CrashAfter-v0",
+        "--steps",
+        "20000",
+        "--set",
+        "epochs=1",
+        "--no-progress",
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "simulator exploded" in proc.stdout
+    run_id = proc.stdout.split()[1].rstrip(":")
+    record = load_run(home / run_id)
+    assert record["status"] == "failed"
+    seed = record["seeds"][0]
+    assert seed["status"] == "failed" and "RuntimeError: simulator exploded" in seed["error"]
+    folder = home / run_id / "seeds" / "0"
+    tb = (folder / "traceback.txt").read_text()
+    assert "Traceback" in tb and "fault_envs.py" in tb
+    # metrics written before the crash are all there
+    series = read_metrics(folder / "metrics.csv")
+    assert series["train/policy_loss"][0].max() >= 2048
+
+
+def test_four_concurrent_launches_leave_a_consistent_index(home):
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "backflip",
+                "train",
+                "ppo",
+                "--env",
+                "CartPole-v1",
+                "--steps",
+                "1024",
+                "--set",
+                "epochs=1",
+                "--no-progress",
+                "-m",
+                f"concurrent {i}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(home),
+            cwd=ROOT,
+        )
+        for i in range(4)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    rows = index.query(home)
+    assert sorted(r["message"] for r in rows) == [f"concurrent {i}" for i in range(4)]
+    assert all(r["status"] == "finished" and r["final_mean"] is not None for r in rows)
+    assert len({r["id"] for r in rows}) == 4
+    # the index agrees with the run directories it caches
+    assert index.reindex(home) == 4
+    assert sorted(r["id"] for r in index.query(home)) == sorted(r["id"] for r in rows)
+
+
+def test_a_dead_launcher_is_reported_as_failed_not_running(home):
+    from backflip.config import resolve
+    from backflip.runs.archive import create_run
+
+    cfg = resolve("ppo", "CartPole-v1", [0], 1000)
+    run_dir, _record = create_run(home, cfg.to_dict(), ["backflip", "train"], "will die")
+    # pretend the launcher was killed: its pid no longer exists
+    import json as _json
+
+    rec = _json.loads((run_dir / "run.json").read_text())
+    rec["pid"] = 2**22 + 12345
+    (run_dir / "run.json").write_text(_json.dumps(rec))
+    index.upsert(home, {**rec, "seeds": []})
+    assert load_run(run_dir)["status"] == "failed"
+    assert index.query(home)[0]["status"] == "failed"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc"), reason="needs /proc")
+def test_tensorboard_event_files_match_the_metrics_table(cli, home):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cli("train", "ppo", "--env", "CartPole-v1", *TINY)
+    run_id = json.loads(cli("runs", "--json").stdout)[0]["id"]
+    folder = home / run_id / "seeds" / "0"
+    acc = EventAccumulator(str(folder / "tb"))
+    acc.Reload()
+    series = read_metrics(folder / "metrics.csv")
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/approx_kl", "rollout/ep_return_mean", "time/sps", "eval/return_mean"} <= tags
+    for tag in ("train/approx_kl", "train/value_loss", "eval/return_mean"):
+        tb = [(e.step, e.value) for e in acc.Scalars(tag)]
+        steps, values = series[tag]
+        assert [s for s, _ in tb] == list(steps)
+        assert [round(v, 4) for _, v in tb] == [round(float(v), 4) for v in values]
