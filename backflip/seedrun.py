@@ -85,6 +85,11 @@ class SeedRun:
         self.t_start = time.perf_counter()
         self.eval_time = 0.0
         self.monitors: list[Callable[[int, dict], list[str]]] = []
+        # Set by `backflip resume` before `train` runs: the checkpoint's `state` dict and step.
+        # An algorithm loads its networks, optimizer and statistics from `restored` and
+        # continues counting from `start_step`.
+        self.restored: dict | None = None
+        self.start_step = 0
         seed_everything(seed)
 
     @property

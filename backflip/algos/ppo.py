@@ -190,13 +190,24 @@ def train(cfg: Config, run: SeedRun) -> None:
         out, _ = ac(torch.as_tensor(o, device=device))
         return to_env_action(ac.greedy(out))
 
-    def state() -> dict:
+    def state() -> dict:  # everything needed to continue training (backflip resume)
         return {
             "model": ac.state_dict(),
             "optimizer": opt.state_dict(),
             "obs_norm": obs_norm.state_dict() if obs_norm else None,
             "reward_scaler": rew_scaler.state_dict() if rew_scaler else None,
+            "iteration": it,
         }
+
+    it, step = 0, 0
+    if run.restored:  # resuming from a checkpoint
+        ac.load_state_dict(run.restored["model"])
+        opt.load_state_dict(run.restored["optimizer"])
+        if obs_norm:
+            obs_norm.load_state_dict(run.restored["obs_norm"])
+        if rew_scaler:
+            rew_scaler.load_state_dict(run.restored["reward_scaler"])
+        it, step = run.restored["iteration"], run.start_step
 
     # Rollout storage. `valid[t]` is False on the autoreset step that follows an episode end.
     obs_buf = torch.zeros((T, N, *obs_space.shape), dtype=torch.float32)
@@ -209,13 +220,11 @@ def train(cfg: Config, run: SeedRun) -> None:
     raw_rew = np.zeros((T, N), np.float64)
 
     ep_ret, ep_len = np.zeros(N), np.zeros(N, np.int64)
-    obs, _ = envs.reset(seed=run.env_seed)
+    obs, _ = envs.reset(seed=run.env_seed + step)
     prev_done = np.zeros(N, bool)
     iterations = max(1, run.steps // (N * T))
-    step = 0
-    for it in range(1, iterations + 1):
-        if run.stopping:
-            break
+    while it < iterations and not run.stopping:
+        it += 1
         frac = 1.0 - (it - 1) / iterations
         lr = cfg.lr * frac if cfg.anneal_lr else cfg.lr
         clip = cfg.clip * frac if cfg.anneal_clip else cfg.clip
