@@ -5,7 +5,8 @@ Each algorithm is one module in this package that defines, at module level:
 - `Config`: a dataclass of hyperparameters, each field with a one-line docstring;
 - `train(cfg, env, seed, steps, run)`: the training loop (see `backflip.launch.SeedRun` for `run`);
 - `ACTION_SPACES`: the action-space kinds it handles ("discrete", "box");
-- `DEFAULT_STEPS` and `PRESETS` (per-env overrides, optionally with a `steps` budget).
+- `DEFAULT_STEPS` and `PRESETS` (per-env overrides, optionally with a `steps` budget);
+- `load(checkpoint, obs_space, act_space, device="cpu") -> Agent` (see `algos/common.py`).
 
 Modules are imported lazily so that commands which only read the archive never import torch.
 """
@@ -31,6 +32,7 @@ class AlgoSpec:
     action_spaces: tuple[str, ...]
     default_steps: int
     presets: dict[str, dict]
+    load: Any
     module: Any
 
 
@@ -47,5 +49,6 @@ def get_algo(name: str) -> AlgoSpec:
         action_spaces=tuple(mod.ACTION_SPACES),
         default_steps=int(mod.DEFAULT_STEPS),
         presets=getattr(mod, "PRESETS", {}),
+        load=mod.load,
         module=mod,
     )

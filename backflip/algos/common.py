@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
 import torch
+
+
+@dataclass
+class Agent:
+    """A trained policy as plain functions on batches of raw observations.
+
+    Every algorithm module has `load(checkpoint, obs_space, act_space, device) -> Agent`; probes,
+    `backflip watch` and evaluation from checkpoints use it.
+    """
+
+    act: Callable[[np.ndarray], np.ndarray]
+    """greedy (deterministic) actions for a batch of observations"""
+    value: Callable[[np.ndarray], np.ndarray] | None = None
+    """the agent's value estimate per observation: V(s), or max_a Q(s, a); None if it has none"""
 
 
 def gae(rewards, values, next_values, terminated, done, gamma: float, lam: float):

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from backflip.algos.common import explained_variance, gae
+from backflip.algos.common import Agent, explained_variance, gae
+from backflip.config import TrainConfig
 from backflip.envs import make_vec
 from backflip.nets import (
     categorical_logp_entropy,
@@ -165,6 +166,38 @@ class ActorCritic(nn.Module):
         return out.argmax(-1) if self.discrete else out
 
 
+def make_agent(ac: ActorCritic, obs_norm: ObsNormalizer | None, act_space, device) -> Agent:
+    """Greedy actions and values on raw observations (normalizer frozen): for evaluation,
+    probes and videos."""
+
+    def prepare(o: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(obs_norm(o, update=False) if obs_norm else o, device=device)
+
+    @torch.inference_mode()
+    def act(o: np.ndarray) -> np.ndarray:
+        out, _ = ac(prepare(o))
+        a = ac.greedy(out).cpu().numpy()
+        return a if ac.discrete else np.clip(a, act_space.low, act_space.high)
+
+    @torch.inference_mode()
+    def value(o: np.ndarray) -> np.ndarray:
+        return ac(prepare(o))[1].cpu().numpy()
+
+    return Agent(act=act, value=value)
+
+
+def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
+    """The trained agent stored in a checkpoint written by `train`."""
+    cfg = TrainConfig.from_dict(checkpoint["config"]).hp
+    ac = ActorCritic(obs_space.shape, act_space, cfg).to(device)
+    ac.load_state_dict(checkpoint["state"]["model"])
+    obs_norm = None
+    if checkpoint["state"]["obs_norm"] is not None:
+        obs_norm = ObsNormalizer(obs_space.shape)
+        obs_norm.load_state_dict(checkpoint["state"]["obs_norm"])
+    return make_agent(ac, obs_norm, act_space, torch.device(device))
+
+
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
     diag = tel.enabled  # diagnostics beyond the losses cost a little; skip them when logging is off
@@ -181,14 +214,11 @@ def train(cfg: Config, run: SeedRun) -> None:
     else:
         low, high = act_space.low, act_space.high
 
+    agent = make_agent(ac, obs_norm, act_space, device)  # greedy, for evaluation
+
     def to_env_action(a: torch.Tensor) -> np.ndarray:
         a = a.cpu().numpy()
         return a if ac.discrete else np.clip(a, low, high)
-
-    def act_greedy(o: np.ndarray) -> np.ndarray:  # for evaluation: frozen normalizer, no sampling
-        o = obs_norm(o, update=False) if obs_norm else o
-        out, _ = ac(torch.as_tensor(o, device=device))
-        return to_env_action(ac.greedy(out))
 
     def state() -> dict:  # everything needed to continue training (backflip resume)
         return {
@@ -378,10 +408,10 @@ def train(cfg: Config, run: SeedRun) -> None:
                     )
 
         if run.eval_due(step):
-            run.evaluate(step, act_greedy)
+            run.evaluate(step, agent.act)
         run.log(step)
         if run.checkpoint_due(step):
             run.save_checkpoint(step, state())
 
-    run.finish(step, act_greedy, state())
+    run.finish(step, agent.act, state())
     envs.close()
