@@ -110,7 +110,12 @@ def run_seed(job: SeedJob, conn=None) -> dict:
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        spec.train(cfg.hp, run)
+        if "prefs" in job.config:  # a preference run: the policy trains on a learned reward
+            from backflip.prefs.pipeline import train_seed
+
+            train_seed(cfg, job.config["prefs"], run)
+        else:
+            spec.train(cfg.hp, run)
         status["status"] = "interrupted" if run.stopping else "finished"
     except KeyboardInterrupt:
         status["status"] = "interrupted"
@@ -327,15 +332,17 @@ def launch_run(
     rerun_of: str | None = None,
     tags: list[str] | None = None,
     on_created=None,
+    extra: dict | None = None,
 ) -> dict:
     """Archive a new run of `cfg` (a TrainConfig), train its seeds in parallel, record the outcome.
 
     `on_created(run_dir)` is called as soon as the run exists (the CLI prints the id then).
+    `extra` adds sections to the stored config (`prefs` for a preference-learning run).
     """
     from backflip.runs.archive import create_run, finalize_run
 
     workers = max(1, workers or os.cpu_count() or 1)
-    config = cfg.to_dict()
+    config = {**cfg.to_dict(), **(extra or {})}
     run_dir, _ = create_run(home, config, argv, message, rerun_of=rerun_of, tags=tags)
     if on_created is not None:
         on_created(run_dir)

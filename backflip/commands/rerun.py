@@ -37,4 +37,5 @@ def run(args) -> int:
         rerun_of=original["id"],
         tags=original.get("tags"),
         as_json=args.json,
+        extra={k: original["config"][k] for k in ("prefs",) if k in original["config"]},
     )

@@ -116,8 +116,11 @@ def execute(
     rerun_of=None,
     tags=None,
     as_json=False,
+    extra=None,
 ) -> int:
-    """Validate, launch, summarize: shared by `train` and `rerun`."""
+    """Validate, launch, summarize: shared by `train`, `rerun` and `prefs train`.
+
+    `extra`: more config sections to store with the run (`prefs`)."""
     from backflip.algos import get_algo
     from backflip.envs import check_supported
     from backflip.launch import launch_run
@@ -127,8 +130,9 @@ def execute(
     check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
 
     def created(run_dir):
+        what = f"{cfg.algo} on learned reward" if extra and "prefs" in extra else cfg.algo
         print(
-            f"run {run_dir.name}: {cfg.algo} on {cfg.env_id}, {len(cfg.seeds)} seed(s) × "
+            f"run {run_dir.name}: {what} on {cfg.env_id}, {len(cfg.seeds)} seed(s) × "
             f"{cfg.steps:,} steps → {run_dir}",
             flush=True,
         )
@@ -143,6 +147,7 @@ def execute(
         rerun_of=rerun_of,
         tags=tags,
         on_created=created,
+        extra=extra,
     )
     if as_json:
         print_json(record)

@@ -26,7 +26,7 @@ def register_envs() -> None:
     if _registered:
         return
     _registered = True
-    for name in ("backflip.envs.probes", "backflip.envs.moving_dot"):
+    for name in ("backflip.envs.probes", "backflip.envs.moving_dot", "backflip.envs.fixed_horizon"):
         try:
             __import__(name)
         except ModuleNotFoundError as e:
@@ -128,11 +128,21 @@ def make_env(
     return env
 
 
-def make_vec(env_id: str, num_envs: int, opts: EnvOptions | None = None) -> gym.vector.VectorEnv:
+# Wrappers applied to every *training* vector env made in this process (evaluation envs are
+# made with `training=False` and never see them). The preference pipeline installs one that
+# replaces the env's reward with the learned one (`backflip.prefs.wrapper`), which is how any
+# algorithm trains on a learned reward without knowing about it. Each seed is its own process.
+TRAINING_VEC_WRAPPERS: list = []
+
+
+def make_vec(
+    env_id: str, num_envs: int, opts: EnvOptions | None = None, training: bool = True
+) -> gym.vector.VectorEnv:
     """`num_envs` copies stepping in lockstep (NEXT_STEP autoreset).
 
     Uses the env's own vectorized implementation when it has one and no option wrapper is
     active (Gymnasium's CartPoleVectorEnv is ~2x faster than SyncVectorEnv), else SyncVectorEnv.
+    With `training` (the default), the wrappers in `TRAINING_VEC_WRAPPERS` are applied.
     """
     opts = opts or EnvOptions()
     spec = check_env_id(env_id)
@@ -143,6 +153,9 @@ def make_vec(env_id: str, num_envs: int, opts: EnvOptions | None = None) -> gym.
             [lambda: make_env(env_id, opts) for _ in range(num_envs)],
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
         )
+    if training:
+        for wrap in TRAINING_VEC_WRAPPERS:
+            env = wrap(env)
     return env
 
 

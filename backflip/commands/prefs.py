@@ -1,0 +1,131 @@
+"""backflip prefs train|gather|pretrain: learning from preferences (docs/preferences.md)."""
+
+from __future__ import annotations
+
+import sys
+
+from backflip.commands import add_home
+from backflip.commands.train import _steps, add_seed_args, seeds_from
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "prefs",
+        help="learn a reward from preferences (synthetic or human) and train a policy on it",
+        description="Christiano et al. (2017): a reward model fit to pairwise preferences "
+        "replaces the env's reward; any algorithm trains on it. See docs/preferences.md.",
+    )
+    stages = p.add_subparsers(dest="stage", metavar="STAGE")
+
+    t = stages.add_parser("train", help="the whole pipeline: labels, reward model and policy")
+    t.add_argument("algo", help="the policy's algorithm (ppo, ...)")
+    t.add_argument("--env", required=True, metavar="ENV_ID")
+    t.add_argument("--reward-model", metavar="RUN", help="use RUN's saved reward model, frozen")
+    _common(t)
+
+    g = stages.add_parser("gather", help="only gather the initial labels, from a random policy")
+    g.add_argument("--env", required=True, metavar="ENV_ID")
+    _common(g)
+
+    r = stages.add_parser("pretrain", help="only fit a reward model to the labels of a run")
+    r.add_argument("--env", metavar="ENV_ID", help="default: the env of the --prefs run")
+    _common(r)
+    p.set_defaults(func=run)
+
+
+def _common(p) -> None:
+    p.add_argument("--labeler", choices=("synthetic", "human"), help="default synthetic")
+    p.add_argument("--labels", type=int, metavar="N", help="labels to ask for in all (the cap)")
+    p.add_argument(
+        "--prefs", metavar="FROM_RUN", help="start from the labels in FROM_RUN's database"
+    )
+    add_seed_args(p)
+    p.add_argument("--steps", type=_steps, metavar="N", help="agent steps per seed")
+    p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="sets",
+        metavar="KEY=VALUE",
+        help="override a setting; prefs.KEY for the pipeline (see --list-keys)",
+    )
+    p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
+    p.add_argument("-m", "--message", default="")
+    p.add_argument("--tag", action="append", default=[])
+    p.add_argument("--list-keys", action="store_true", help="print every setting with its default")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+    add_home(p)
+
+
+def build(args, home):
+    """(TrainConfig, PrefsConfig) from the arguments: presets < --config < --set < flags."""
+    from backflip.config import _build, load_config_file, parse_sets, resolve
+    from backflip.errors import UserError
+    from backflip.prefs.pipeline import PrefsConfig
+    from backflip.prefs.presets import PRESETS
+    from backflip.runs.archive import load_run, resolve_run
+
+    stage = {"train": "full", "gather": "gather", "pretrain": "pretrain"}[args.stage]
+    algo = getattr(args, "algo", "ppo")
+    env = args.env
+    source = resolve_run(home, args.prefs) if args.prefs else None
+    frozen = resolve_run(home, args.reward_model) if getattr(args, "reward_model", None) else None
+    if stage == "pretrain":
+        if source is None:
+            raise UserError("prefs pretrain needs --prefs FROM_RUN (the labels to fit)")
+        env = env or load_run(source)["config"]["env_id"]
+    preset = PRESETS.get(env, {})
+    file_values = load_config_file(args.config) if args.config else {}
+    file_prefs = file_values.pop("prefs", {}) or {}
+    sets = parse_sets(args.sets)
+    set_prefs = {k[6:]: v for k, v in sets.items() if k.startswith("prefs.")}
+    sets = {k: v for k, v in sets.items() if not k.startswith("prefs.")}
+    policy_preset = dict(preset.get("policy", {}).get(algo, {}))
+    steps = args.steps or file_values.pop("steps", None) or preset.get("steps")
+    cfg = resolve(algo, env, seeds_from(args), steps, {**policy_preset, **file_values}, sets)
+    values = {**preset.get("prefs", {}), **file_prefs, **set_prefs, "stage": stage}
+    if stage == "full" and frozen is not None:
+        values["stage"] = "policy"
+    for flag, key in (("labeler", "labeler"), ("labels", "labels")):
+        if getattr(args, flag, None) is not None:
+            values[key] = getattr(args, flag)
+    if source is not None:
+        values["import_from"] = str(source.resolve())
+    if frozen is not None:
+        values["reward_model"] = str(frozen.resolve())
+        values.setdefault("labels", 0)
+    pcfg = _build(PrefsConfig, values, "prefs.")
+    if pcfg.stage == "policy" and pcfg.labels:
+        raise UserError("--reward-model trains on a frozen model: drop --labels (or use --prefs)")
+    return cfg, pcfg
+
+
+def run(args) -> int:
+    from backflip.commands.train import execute, list_keys
+    from backflip.config import describe
+    from backflip.runs.archive import home_dir
+
+    if not args.stage:
+        print("usage: backflip prefs {train,gather,pretrain} ... (see --help)", file=sys.stderr)
+        return 2
+    home = home_dir(args.home, create=True)
+    cfg, pcfg = build(args, home)
+    if args.list_keys:
+        list_keys(cfg)
+        print("# PrefsConfig")
+        for name, tp, _default, doc in describe(type(pcfg)):
+            print(f"  prefs.{name} = {getattr(pcfg, name)!r}  ({tp}) {doc}")
+        return 0
+    return execute(
+        cfg,
+        home,
+        sys.argv,
+        args.message,
+        args.workers,
+        not args.no_progress,
+        tags=["prefs", *args.tag],
+        as_json=args.json,
+        extra={"prefs": pcfg.to_dict()},
+    )

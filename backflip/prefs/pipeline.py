@@ -1,0 +1,571 @@
+"""The preference-learning pipeline of one seed (Christiano et al. 2017, §2.2).
+
+Three activities share the seed's process:
+
+1. the **policy** — any backflip algorithm, run unchanged by its own `train(cfg, run)`, on
+   training envs wrapped by `LearnedReward` (it never sees the true reward);
+2. **labeling** — pairs of recent segments chosen on a schedule and answered by the synthetic
+   oracle at once, or queued in the database for a person at `backflip label RUN_ID` (a separate
+   process writing to the same SQLite file);
+3. **reward-model training** — supervised rounds on the labels in the database.
+
+With `mode=async` (default), 2 and 3 run in a background thread while the algorithm's loop runs in
+the main thread, paced on the agent's step clock (`rm_updates_per_kstep`), so the policy never
+waits for them. With `mode=sync` they run inline every `tick_steps` agent steps: slower on a free
+core, but deterministic (same seed, same curves) — the mode for tests and benchmarks.
+
+Stages (Rahtz's split modes): `full` (everything), `gather` (initial labels from a random policy
+only), `pretrain` (fit the reward model to existing labels only), `policy` (train a policy on a
+saved, frozen reward model). Each seed keeps `prefs.sqlite` and `reward_model.pt` in its folder.
+
+Health metrics (docs/metrics.md, "Preferences") are logged through the seed's telemetry: rates in
+and out of each store, queue depth, database size, time since the last label, reward-model
+losses, accuracy and L2, and the correlation of predicted with true episode returns. A queue that
+stops moving (Rahtz's starved segment queue) shows as `prefs/labels_per_s` at 0 with a growing
+`prefs/label_debt` and `prefs/seconds_since_label`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from backflip.errors import UserError
+from backflip.prefs.db import PreferenceDB
+from backflip.prefs.labelers import synthetic_label
+from backflip.prefs.reward_model import PairSet, RewardModel
+from backflip.prefs.segments import LabelSchedule, SegmentRecorder, SegmentStore, select_pairs
+
+STAGES = ("full", "gather", "pretrain", "policy")
+
+
+@dataclass
+class PrefsConfig:
+    """Preference-learning settings (`--set prefs.KEY=VALUE`)."""
+
+    labels: int = 500
+    """total labels to ask for (the cap), the initial ones included"""
+    labeler: str = "synthetic"
+    """synthetic (true-return oracle) or human (the `backflip label` page)"""
+    stage: str = "full"
+    """full, gather (initial labels only), pretrain (reward model only), policy (frozen model)"""
+    mode: str = "async"
+    """async (labeling and reward model in a background thread) or sync (inline, deterministic)"""
+    segment_length: int = 25
+    """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
+    initial_frac: float = 0.25
+    """share of the labels gathered from a random policy before the policy trains"""
+    label_until: float = 0.8
+    """fraction of the policy's budget by which every label is due"""
+    label_decay: float = 0.25
+    """tau of the decaying label rate 1/(T + tau), as a fraction of the labeling period"""
+    selection: str = "random"
+    """query selection: random, or disagreement (highest ensemble variance of 10x candidates)"""
+    oversample: int = 10
+    """candidate pairs per query drawn for disagreement selection"""
+    store_size: int = 1000
+    """recent segments kept to draw queries from"""
+    buffer_labels: int = 3000
+    """the reward model trains on the newest this many labels"""
+    members: int = 3
+    """reward-model ensemble size"""
+    hidden: tuple[int, ...] = (64, 64)
+    """hidden layers of each member's MLP (the CNN for images has one 64-unit layer)"""
+    dropout: float = 0.0
+    """dropout rate in the reward model (the paper: 0.5 for Atari), masks shared within a pair"""
+    rm_lr: float = 1e-3
+    """reward-model Adam learning rate"""
+    rm_batch: int = 32
+    """pairs per reward-model minibatch"""
+    l2: float = 1e-4
+    """initial L2 weight decay of each member (then adapted to keep val/train loss in 1.1-1.5)"""
+    noise: float = 0.1
+    """assumed probability that a label is a uniformly random answer"""
+    reward_std: float = 1.0
+    """standard deviation of the reward the policy sees (the paper: 1, or 0.05 for Atari)"""
+    pretrain_updates: int = 500
+    """reward-model updates on the initial labels before the policy starts"""
+    rm_updates_per_kstep: float = 10.0
+    """reward-model updates per 1,000 agent steps while the policy trains"""
+    round_updates: int = 50
+    """updates per round; each round ends with validation, L2 adaptation and recalibration"""
+    tick_steps: int = 2048
+    """sync mode: agent steps between ticks (labels due, training, metrics)"""
+    random_envs: int = 8
+    """env copies for the random policy that provides the initial segments"""
+    error_rate: float = 0.0
+    """synthetic labeler: probability of a uniformly random answer"""
+    max_pending: int = 20
+    """human labeler: unanswered queries kept ready in the database"""
+    import_from: str = ""
+    """path of a run whose labels (same seed, else its first) start this run (--prefs)"""
+    reward_model: str = ""
+    """path of a run whose saved reward model this run uses, frozen (--reward-model)"""
+    stall_labels_after: int = -1
+    """fault injection: the labeler stops answering after this many labels (-1: never)"""
+    log_every_s: float = 1.0
+    """async mode: seconds between pipeline metric rows"""
+
+    def __post_init__(self):
+        checks = {
+            "prefs.labels must be >= 0": self.labels >= 0,
+            "prefs.labeler must be synthetic or human": self.labeler in ("synthetic", "human"),
+            f"prefs.stage must be one of {', '.join(STAGES)}": self.stage in STAGES,
+            "prefs.mode must be async or sync": self.mode in ("async", "sync"),
+            "prefs.segment_length must be >= 1": self.segment_length >= 1,
+            "prefs.initial_frac must be in [0, 1]": 0 <= self.initial_frac <= 1,
+            "prefs.label_until must be in (0, 1]": 0 < self.label_until <= 1,
+            "prefs.selection must be random or disagreement": self.selection
+            in ("random", "disagreement"),
+            "prefs.members must be >= 1": self.members >= 1,
+            "prefs.noise must be in [0, 1)": 0 <= self.noise < 1,
+            "prefs.dropout must be in [0, 1)": 0 <= self.dropout < 1,
+            "prefs.error_rate must be in [0, 1]": 0 <= self.error_rate <= 1,
+            "prefs.store_size must be >= 2": self.store_size >= 2,
+            "prefs.round_updates must be >= 1": self.round_updates >= 1,
+            "prefs.tick_steps must be >= 1": self.tick_steps >= 1,
+            "prefs.max_pending must be >= 1": self.max_pending >= 1,
+        }
+        for message, ok in checks.items():
+            if not ok:
+                raise UserError(message)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def seed_files(run_dir: str | Path, seed: int) -> Path:
+    """The seed folder of `run_dir` holding prefs.sqlite / reward_model.pt (same seed, else the
+    run's first seed)."""
+    from backflip.runs.archive import read_json, seed_dir
+
+    run_dir = Path(run_dir)
+    folder = seed_dir(run_dir, seed)
+    if (folder / "prefs.sqlite").exists():
+        return folder
+    seeds = read_json(run_dir / "run.json")["config"]["seeds"]
+    return seed_dir(run_dir, seeds[0])
+
+
+class Pipeline:
+    """Segments, labels and the reward model of one seed, and their health metrics."""
+
+    def __init__(self, pcfg: PrefsConfig, run, obs_space, act_space, db: PreferenceDB):
+        self.cfg, self.run, self.db = pcfg, run, db
+        self.rng = np.random.default_rng(run.seed + 7919)
+        self.model = RewardModel(
+            obs_space,
+            act_space,
+            members=pcfg.members,
+            hidden=pcfg.hidden,
+            dropout=pcfg.dropout,
+            lr=pcfg.rm_lr,
+            l2=pcfg.l2,
+            batch_size=pcfg.rm_batch,
+            noise=pcfg.noise,
+            reward_std=pcfg.reward_std,
+            rng=np.random.default_rng(run.seed + 104729),
+        )
+        self.frozen = False
+        self.snap = self.model.snapshot()
+        self.pairs = PairSet(
+            pcfg.members, np.random.default_rng(run.seed + 1299709), pcfg.buffer_labels
+        )
+        self.store = SegmentStore(pcfg.store_size)
+        self.recorder: SegmentRecorder | None = None
+        self.schedule = LabelSchedule(0, 0, 1)
+        self.step = 0
+        self.lock = threading.Lock()  # the store and the stats, shared with the worker thread
+        self.asked = 0  # queries created by this run (labeled, skipped or pending)
+        self.segments_out = 0
+        self.updates_done = 0
+        self.rm_stats: dict[str, float] = {}
+        self.t0 = time.time()
+        self._rate_last = (time.time(), 0, 0, 0)  # wall, labels, segments in, segments out
+        # per env copy: running predicted and true episode returns; finished ones for metrics
+        self.ep_pred: np.ndarray | None = None
+        self.ep_true: np.ndarray | None = None
+        self.finished = deque(maxlen=20)
+        self.worker: threading.Thread | None = None
+        self.stop_event = threading.Event()
+        self.worker_error: BaseException | None = None
+        self.next_tick = pcfg.tick_steps
+        self._last_publish = 0.0
+
+    # -- labels --------------------------------------------------------------------------------
+
+    def n_answered(self) -> int:
+        c = self.db.counts()
+        return c["labeled"] + c["skipped"]
+
+    def ask(self, n: int) -> int:
+        """Create up to `n` queries from the store; the synthetic labeler answers them at once."""
+        if n <= 0:
+            return 0
+        human = self.cfg.labeler == "human"
+        if human:
+            n = min(n, self.cfg.max_pending - self.db.counts()["pending"])
+        if self.cfg.stall_labels_after >= 0:  # fault injection: the labeler goes silent
+            n = min(n, self.cfg.stall_labels_after - self.asked)
+            if n <= 0:
+                return 0
+        with self.lock:
+            pairs = select_pairs(
+                self.store,
+                n,
+                self.rng,
+                self.cfg.selection,
+                self.snap if self.model.updates else None,
+                self.cfg.oversample,
+            )
+        for left, right in pairs:
+            label = None
+            if not human:
+                label = synthetic_label(left, right, self.cfg.error_rate, self.rng)
+            self.db.add_query(
+                left,
+                right,
+                self.step,
+                self.cfg.selection,
+                label,
+                None if human else "synthetic",
+            )
+        self.asked += len(pairs)
+        self.segments_out += 2 * len(pairs)
+        return len(pairs)
+
+    def label_debt(self) -> int:
+        """Labels due by now that have not been answered."""
+        return max(0, self.schedule.due(self.step) - self.n_answered())
+
+    # -- reward model --------------------------------------------------------------------------
+
+    def refresh_pairs(self) -> int:
+        rows = self.db.labels(limit=self.cfg.buffer_labels)
+
+        def load(sid):
+            seg = self.db.segment(sid)
+            return seg.obs, seg.actions
+
+        return self.pairs.sync(rows, load)
+
+    def train_round(self, n: int) -> None:
+        """`n` updates on the current labels, then validation, L2 adaptation, recalibration and
+        a new snapshot for the policy."""
+        self.refresh_pairs()
+        if len(self.pairs.train) == 0 or n <= 0:
+            return
+        losses = [self.model.train_step(self.pairs) for _ in range(n)]
+        self.updates_done += n
+        train_idx = self.pairs.train
+        if len(train_idx) > 512:
+            train_idx = self.rng.choice(train_idx, 512, replace=False)
+        train_loss, train_acc = self.model.evaluate(self.pairs, train_idx)
+        val_loss, val_acc = self.model.evaluate(self.pairs, self.pairs.val)
+        if len(self.pairs.val):
+            self.model.adapt_l2(train_loss, val_loss)
+        with self.lock:
+            if len(self.store):
+                self.model.calibrate(*self.store.sample_steps(2048, self.rng))
+        self.snap = self.model.snapshot()
+        stats = {
+            "reward_model/loss": float(np.nanmean(losses)),
+            "reward_model/train_loss": float(train_loss.mean()),
+            "reward_model/train_acc": float(np.nanmean(train_acc)),
+            "reward_model/l2": float(np.mean(self.model.l2)),
+            "reward_model/updates": float(self.model.updates),
+            "reward_model/pairs_train": float(len(self.pairs.train)),
+            "reward_model/pairs_val": float(len(self.pairs.val)),
+            "reward_model/out_std": float(np.mean(self.model.out_std)),
+        }
+        if len(self.pairs.val):
+            stats.update(
+                {
+                    "reward_model/val_loss": float(val_loss.mean()),
+                    "reward_model/val_acc": float(np.nanmean(val_acc)),
+                    "reward_model/val_train_loss_ratio": float(
+                        val_loss.mean() / max(train_loss.mean(), 1e-8)
+                    ),
+                }
+            )
+        with self.lock:
+            self.rm_stats.update(stats)
+
+    def train_owed(self) -> None:
+        """Reward-model rounds owed by the step clock (`rm_updates_per_kstep`)."""
+        if self.frozen:
+            return
+        owed = int(self.cfg.rm_updates_per_kstep * self.step / 1000) - self.updates_done
+        while owed > 0 and not self.stop_event.is_set():
+            n = min(owed, self.cfg.round_updates)
+            self.train_round(n)
+            owed -= n
+            if len(self.pairs.train) == 0:
+                break
+
+    # -- the policy's side ---------------------------------------------------------------------
+
+    def reward(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        return self.snap.reward(obs, actions)
+
+    def episode_reset(self) -> None:
+        n = len(self.recorder.buf) if self.recorder else 0
+        self.ep_pred, self.ep_true = np.zeros(n), np.zeros(n)
+
+    def on_step(self, obs, actions, true_reward, reward, valid, done) -> None:
+        """One vector step of the policy's training envs (called by `LearnedReward`)."""
+        self.step += len(valid)
+        segs = self.recorder.add(obs, actions, true_reward, valid, done, self.step)
+        if segs:
+            with self.lock:
+                self.store.add(segs)
+                if not self.frozen:
+                    self.model.observe(np.concatenate([s.obs for s in segs]))
+        self.ep_pred += np.where(valid, reward, 0.0)
+        self.ep_true += np.where(valid, true_reward, 0.0)
+        for i in np.flatnonzero(done & valid):
+            self.finished.append((self.ep_pred[i], self.ep_true[i]))
+            self.ep_pred[i] = self.ep_true[i] = 0.0
+        if self.worker_error is not None:
+            raise RuntimeError("the preference worker thread failed") from self.worker_error
+        if self.cfg.mode == "sync":
+            if self.step >= self.next_tick:
+                self.next_tick += self.cfg.tick_steps
+                self.tick()
+                self.publish()
+        elif time.monotonic() - self._last_publish > self.cfg.log_every_s:
+            self.publish()
+
+    def tick(self) -> None:
+        """Ask the labels that are due, then train the reward model as much as it is owed."""
+        if not self.frozen:
+            self.ask(self.schedule.due(self.step) - self.asked)
+        # sync mode runs inside the algorithm's rollout, often under torch.inference_mode()
+        with torch.inference_mode(False), torch.enable_grad():
+            self.train_owed()
+
+    def _work(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                before = (self.asked, self.updates_done)
+                self.tick()
+                if (self.asked, self.updates_done) == before:
+                    self.stop_event.wait(0.02)
+        except BaseException as e:  # noqa: BLE001 — re-raised in the main thread by on_step
+            self.worker_error = e
+
+    def start_worker(self) -> None:
+        if self.cfg.mode == "async" and not self.frozen:
+            self.worker = threading.Thread(target=self._work, name="prefs-worker", daemon=True)
+            self.worker.start()
+
+    def stop_worker(self) -> None:
+        self.stop_event.set()
+        if self.worker is not None:
+            self.worker.join()
+            self.worker = None
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def metrics(self) -> dict[str, float]:
+        counts = self.db.counts()
+        now = time.time()
+        t_last, labels_last, in_last, out_last = self._rate_last
+        labels = counts["labeled"] + counts["skipped"]
+        dt = max(now - t_last, 1e-6)
+        last_label = self.db.last_label_time()
+        with self.lock:
+            added = self.store.added
+            out = {
+                "prefs/labels": float(counts["labeled"]),
+                "prefs/labels_skipped": float(counts["skipped"]),
+                "prefs/labels_due": float(self.schedule.due(self.step)),
+                "prefs/label_debt": float(max(0, self.schedule.due(self.step) - labels)),
+                "prefs/labels_per_s": (labels - labels_last) / dt,
+                "prefs/segments_per_s": (added - in_last) / dt,
+                "prefs/segments_out_per_s": (self.segments_out - out_last) / dt,
+                "prefs/queue_depth": float(counts["pending"]),
+                "prefs/store_size": float(len(self.store)),
+                "prefs/seconds_since_label": now - (last_label or self.t0),
+                "prefs/db_segments": float(counts["segments"]),
+                "prefs/db_mb": self.db.size_bytes() / 2**20,
+                **self.rm_stats,
+            }
+        self._rate_last = (now, labels, added, self.segments_out)
+        if self.finished:
+            pred, true = np.array(self.finished).T
+            out["prefs/true_return_mean"] = float(true.mean())
+            out["prefs/pred_return_mean"] = float(pred.mean())
+            if len(pred) >= 3 and pred.std() > 0 and true.std() > 0:
+                out["reward_model/return_corr"] = float(np.corrcoef(pred, true)[0, 1])
+        return out
+
+    def publish(self) -> None:
+        """Put the current metrics into the seed's next telemetry row."""
+        self._last_publish = time.monotonic()
+        self.run.tel.log(**self.metrics())
+
+
+# --- the seed's program ---------------------------------------------------------------------
+
+
+def gather_random(pipe: Pipeline, env_id, env_opts, n_segments: int, seed: int) -> int:
+    """Fill the store with `n_segments` segments of a uniformly random policy; steps taken."""
+    from backflip.envs import make_vec
+
+    envs = make_vec(env_id, pipe.cfg.random_envs, env_opts, training=False)
+    rec = SegmentRecorder(envs.num_envs, pipe.cfg.segment_length)
+    envs.action_space.seed(seed)
+    obs, _ = envs.reset(seed=seed)
+    prev_done = np.zeros(envs.num_envs, bool)
+    steps = 0
+    while pipe.store.added < n_segments:
+        actions = envs.action_space.sample()
+        next_obs, r, term, trunc, _ = envs.step(actions)
+        done = term | trunc
+        segs = rec.add(obs, actions, np.asarray(r, np.float64), ~prev_done, done, 0)
+        if segs:
+            pipe.store.add(segs)
+            pipe.model.observe(np.concatenate([s.obs for s in segs]))
+        obs, prev_done = next_obs, done
+        steps += envs.num_envs
+    envs.close()
+    return steps
+
+
+def wait_for_labels(pipe: Pipeline, target: int) -> None:
+    """Keep asking until `target` labels are answered (a person may take a while)."""
+    while pipe.n_answered() < target and not pipe.run.stopping:
+        pipe.ask(target - pipe.asked)
+        if pipe.cfg.labeler == "synthetic":
+            if pipe.cfg.stall_labels_after >= 0 and pipe.asked >= pipe.cfg.stall_labels_after:
+                return
+            continue
+        pipe.publish()
+        pipe.run.log(0)
+        time.sleep(0.5)
+
+
+def load_reward_model(pipe: Pipeline, run_dir: str) -> None:
+    path = seed_files(run_dir, pipe.run.seed) / "reward_model.pt"
+    if not path.exists():
+        raise UserError(f"no saved reward model in {path.parent}")
+    pipe.model.load_state_dict(torch.load(path, weights_only=False)["model"])
+    pipe.snap = pipe.model.snapshot()
+    pipe.frozen = True
+
+
+def save_reward_model(pipe: Pipeline, folder: Path) -> None:
+    payload = {"model": pipe.model.state_dict(), "prefs": pipe.cfg.to_dict()}
+    tmp = folder / "reward_model.pt.tmp"
+    torch.save(payload, tmp)
+    tmp.replace(folder / "reward_model.pt")
+
+
+def train_seed(cfg, prefs: dict, run) -> None:
+    """One seed of a preference run: labels, reward model and policy (see the module docstring)."""
+    from backflip.algos import get_algo
+    from backflip.envs import TRAINING_VEC_WRAPPERS, make_env
+    from backflip.prefs.wrapper import LearnedReward
+
+    pcfg = PrefsConfig(**{**prefs, "hidden": tuple(prefs.get("hidden", (64, 64)))})
+    folder = Path(run.out_dir) if run.out_dir is not None else None
+    if folder is None:
+        raise UserError("a preference run needs an output folder for its database")
+    probe = make_env(run.env_id, run.env_opts)
+    obs_space, act_space = probe.observation_space, probe.action_space
+    probe.close()
+    db = PreferenceDB(folder / "prefs.sqlite")
+    db.set_meta(
+        env_id=run.env_id,
+        segment_length=pcfg.segment_length,
+        labels_target=pcfg.labels,
+        labeler=pcfg.labeler,
+        obs_shape=",".join(map(str, obs_space.shape)),
+    )
+    pipe = Pipeline(pcfg, run, obs_space, act_space, db)
+    pipe.recorder = SegmentRecorder(1, pcfg.segment_length)
+    tel = run.tel
+    try:
+        if pcfg.import_from:
+            src = PreferenceDB(seed_files(pcfg.import_from, run.seed) / "prefs.sqlite")
+            n = (
+                db.import_from(src, origin=str(pcfg.import_from))
+                if db.counts()["labeled"] == 0
+                else 0
+            )
+            src.close()
+            tel.log(**{"prefs/labels_imported": float(n)})
+        if pcfg.reward_model:
+            load_reward_model(pipe, pcfg.reward_model)
+
+        # 1. initial labels from a random policy (also fills the input normalizer)
+        initial = round(pcfg.labels * pcfg.initial_frac) if pcfg.stage != "gather" else pcfg.labels
+        have = pipe.n_answered()
+        if pcfg.stage in ("full", "gather") and not pipe.frozen and pcfg.labels > 0:
+            need = max(initial - have, 0)
+            segs = min(pcfg.store_size, max(2 * need, 2 * pcfg.random_envs, 16))
+            steps = gather_random(pipe, run.env_id, run.env_opts, segs, run.env_seed + 777)
+            tel.log(**{"prefs/random_steps": float(steps)})
+            pipe.schedule = LabelSchedule(max(initial, have), max(initial, have), 1)
+            pipe.asked = have
+            wait_for_labels(pipe, max(initial, have))
+        elif pcfg.stage == "pretrain" or (pcfg.stage == "full" and pipe.frozen):
+            # no random rollouts: calibrate on the labeled segments themselves
+            for _, left, right, _ in db.labels():
+                for sid in (left, right):
+                    seg = db.segment(sid)
+                    pipe.store.add([seg])
+                    pipe.model.observe(seg.obs)
+        if pcfg.stage == "gather":
+            pipe.publish()
+            run.log(0)
+            return
+
+        # 2. pretraining on the labels so far
+        if not pipe.frozen and pcfg.stage in ("full", "pretrain"):
+            left = pcfg.pretrain_updates
+            while left > 0 and not run.stopping:
+                n = min(left, pcfg.round_updates)
+                pipe.train_round(n)
+                left -= n
+                pipe.publish()
+                run.log(0)
+            save_reward_model(pipe, folder)
+        if pcfg.stage == "pretrain":
+            return
+        if pipe.model.updates == 0 and not pipe.frozen:
+            raise UserError(
+                "no labels to train the reward model on (--labels 0 needs --reward-model)"
+            )
+
+        # 3. the policy, on the learned reward; labeling and reward-model training go on
+        spec = get_algo(cfg.algo)
+        until = int(run.steps * pcfg.label_until)
+        pipe.schedule = LabelSchedule(pcfg.labels, pipe.n_answered(), until, pcfg.label_decay)
+        pipe.asked = pipe.n_answered()
+        pipe.updates_done = 0
+
+        def wrap(env):
+            pipe.recorder = SegmentRecorder(env.num_envs, pcfg.segment_length)
+            pipe.episode_reset()
+            return LearnedReward(env, pipe)
+
+        TRAINING_VEC_WRAPPERS.append(wrap)
+        pipe.start_worker()
+        try:
+            spec.train(cfg.hp, run)
+        finally:
+            pipe.stop_worker()
+            TRAINING_VEC_WRAPPERS.remove(wrap)
+        run.result["labels"] = pipe.db.counts()["labeled"]
+        if not pipe.frozen:
+            save_reward_model(pipe, folder)
+    finally:
+        db.close()

@@ -1,0 +1,57 @@
+"""Per-env settings for preference runs: the policy's hyperparameters, the pipeline's and the
+agent-step budget. Precedence as for `backflip train`: these < `--config FILE` < `--set`.
+
+Atari entries (Pong, Enduro) are the paper's configuration and are GPU-scale: the paper's reward
+CNN does ~0.4 updates/s on this 2-core CPU, so they are documented, not tested here.
+"""
+
+from __future__ import annotations
+
+PRESETS: dict[str, dict] = {
+    "MovingDotLowDim-v0": {
+        "steps": 100_000,
+        "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98}},
+        "prefs": {"labels": 300, "segment_length": 25},
+    },
+    "MovingDot84-v0": {
+        "steps": 50_000,
+        "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98}},
+        "prefs": {"labels": 200, "dropout": 0.5, "store_size": 300, "rm_updates_per_kstep": 4},
+    },
+    "CartPoleFixedHorizon-v1": {
+        "steps": 100_000,
+        "policy": {"ppo": {}},
+        "prefs": {"labels": 400},
+    },
+    "Pendulum-v1": {
+        "steps": 100_000,
+        "policy": {"ppo": {}},
+        "prefs": {"labels": 200, "segment_length": 25},
+    },
+    # The paper's Atari settings (GPU-scale; not run on CI): 25-step segments, 500 initial labels
+    # from a random policy, 200 epochs of pretraining, dropout 0.5, reward std 0.05.
+    "PongNoFrameskip-v4": {
+        "steps": 10_000_000,
+        "policy": {"ppo": {}},
+        "prefs": {
+            "labels": 5500,
+            "initial_frac": 0.09,
+            "dropout": 0.5,
+            "reward_std": 0.05,
+            "pretrain_updates": 20000,
+            "selection": "disagreement",
+        },
+    },
+    "EnduroNoFrameskip-v4": {
+        "steps": 10_000_000,
+        "policy": {"ppo": {}},
+        "prefs": {
+            "labels": 5500,
+            "initial_frac": 0.09,
+            "dropout": 0.5,
+            "reward_std": 0.05,
+            "pretrain_updates": 20000,
+            "selection": "disagreement",
+        },
+    },
+}

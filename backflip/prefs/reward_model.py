@@ -1,0 +1,387 @@
+"""The reward model: an ensemble of networks r̂(o, a) fit to preferences (Christiano et al. 2017).
+
+A label says which of two segments σ¹, σ² is better. Under the Bradley–Terry model
+
+    P̂[σ¹ ≻ σ²] = exp Σ r̂(σ¹) / (exp Σ r̂(σ¹) + exp Σ r̂(σ²)) = sigmoid(Σ r̂(σ¹) − Σ r̂(σ²))
+
+and, assuming the labeler answers at random 10% of the time, P = 0.9·P̂ + 0.05. The loss is the
+cross-entropy between P and the label μ (1 left, 0 right, 0.5 equal): `preference_loss`.
+
+Details that matter (each cost someone weeks; see docs/preferences.md):
+
+- **One forward pass for both segments of a pair.** The pair is a tensor (B, 2, L, ...); the
+  network's linear layers act on the last axis, so both "towers" are literally the same weights,
+  `PairDropout` draws one mask of shape (B, 1, L, H) and broadcasts it over the pair axis, and
+  batchnorm (CNN) sees both segments in one batch and so normalizes them with the same statistics.
+  Rahtz's bug — different dropout masks for the two towers — broke training while the accuracy
+  looked fine; `tests/test_prefs.py` checks the masks are shared.
+- **Observations are normalized on the model's input** with running statistics over every segment
+  the pipeline has seen (Rahtz was stuck for weeks without this).
+- **Ensemble of `members` networks**, each trained on its own bootstrap resample of the labels
+  (a Poisson(1) weight per pair and member, drawn when the pair arrives: the online bootstrap).
+- **Held-out validation** (a fixed 1/e of the pairs) and **adaptive L2**: after each round, each
+  member's weight decay is raised when validation loss exceeds 1.5× training loss and lowered
+  below 1.1×.
+- **Reward for the policy**: each member's output is normalized separately to zero mean and unit
+  std over recent experience, the members are averaged, and the result is multiplied by
+  `reward_std`: r = reward_std · mean_k((r̂_k − μ_k) / σ_k). Offsets μ_k and scales σ_k are
+  recomputed after every training round (not a running average over all history, which Rahtz's
+  issue #5 found never forgets an early, wrong model).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from backflip.normalize import RunningMeanStd
+
+VAL_FRACTION = 1 / math.e
+# Adaptive L2: multiplied or divided by L2_STEP per round, within [L2_MIN, L2_MAX]. With few
+# labels the ratio stays high whatever L2 does; the cap stops the decay from swamping the loss
+# gradient (Adam's weight_decay adds l2 * w to a gradient of order 1e-2).
+L2_STEP, L2_MIN, L2_MAX = 1.2, 1e-6, 1e-2
+
+
+def preference_loss(returns: torch.Tensor, mu: torch.Tensor, noise: float = 0.1) -> torch.Tensor:
+    """Cross-entropy of the label `mu` (B,) under Bradley–Terry on summed `returns` (B, 2).
+
+    `noise` is the assumed probability that the labeler answered uniformly at random.
+    """
+    p_left = torch.sigmoid(returns[:, 0] - returns[:, 1])
+    p = (1 - noise) * p_left + noise / 2
+    return -(mu * torch.log(p) + (1 - mu) * torch.log1p(-p))
+
+
+class PairDropout(nn.Module):
+    """Dropout whose mask is shared by the two segments of a pair.
+
+    Input (B, 2, ...): one mask of shape (B, 1, ...) is drawn and applied to both [:, 0] and
+    [:, 1]. Other shapes (single segments at inference) only pass through in eval mode.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+        self.last_mask: torch.Tensor | None = None  # kept for the shared-mask test
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        if x.dim() < 2 or x.shape[1] != 2:
+            raise ValueError("PairDropout in training mode expects (B, 2, ...) pairs")
+        keep = torch.rand_like(x[:, :1]) >= self.p
+        self.last_mask = keep
+        return x * keep / (1 - self.p)
+
+
+class PairBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm over (..., C, H, W) with any leading axes: one batch, shared statistics."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-3]
+        return super().forward(x.reshape(-1, *x.shape[-3:])).reshape(*lead, *x.shape[-3:])
+
+
+class RewardNet(nn.Module):
+    """r̂(o, a) for one ensemble member: an MLP on vectors, the paper's CNN on images.
+
+    MLP: [obs, action] -> 64 -> 64 -> 1, LeakyReLU(0.01), dropout before the output.
+    CNN (paper, Atari): 4 conv layers (kernels 7, 5, 3, 3; strides 3, 2, 1, 1; 16 filters),
+    batchnorm and dropout after each, LeakyReLU; then [features, action] -> 64 -> 1.
+    Inputs are already normalized observations (RewardModel does it) and encoded actions.
+    Leading axes are free: (B, 2, L, ...) for pairs, (N, ...) for single steps.
+    """
+
+    def __init__(
+        self, obs_shape: tuple[int, ...], act_dim: int, hidden=(64, 64), dropout: float = 0.0
+    ):
+        super().__init__()
+        self.image = len(obs_shape) == 3
+        act = nn.LeakyReLU(0.01)
+        if self.image:
+            c = obs_shape[0]
+            layers: list[nn.Module] = []
+            for k, s in ((7, 3), (5, 2), (3, 1), (3, 1)):
+                layers += [nn.Conv2d(c, 16, k, s), PairBatchNorm2d(16), act, PairDropout(dropout)]
+                c = 16
+            self.convs = nn.ModuleList(layers)
+            with torch.no_grad():
+                n_feat = self._conv(torch.zeros(1, 2, 1, *obs_shape)).shape[-1]
+            sizes = [n_feat + act_dim, hidden[0]]
+        else:
+            sizes = [int(np.prod(obs_shape)) + act_dim, *hidden]
+        body: list[nn.Module] = []
+        for n_in, n_out in itertools.pairwise(sizes):
+            body += [nn.Linear(n_in, n_out), act]
+        body += [PairDropout(dropout), nn.Linear(sizes[-1], 1)]
+        self.body = nn.Sequential(*body)
+
+    def _conv(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[:-3]
+        x = obs
+        for layer in self.convs:
+            if isinstance(layer, nn.Conv2d):  # convolutions want (N, C, H, W)
+                y = layer(x.reshape(-1, *x.shape[-3:]))
+                x = y.reshape(*lead, *y.shape[1:])
+            else:
+                x = layer(x)
+        return x.reshape(*lead, -1)
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        feat = self._conv(obs) if self.image else obs
+        return self.body(torch.cat([feat, act], -1)).squeeze(-1)
+
+
+class RewardModel:
+    """The ensemble, its input normalization, training with adaptive L2, and the policy's reward."""
+
+    def __init__(
+        self,
+        obs_space,
+        act_space,
+        members: int = 3,
+        hidden=(64, 64),
+        dropout: float = 0.0,
+        lr: float = 3e-4,
+        l2: float = 1e-4,
+        batch_size: int = 32,
+        noise: float = 0.1,
+        reward_std: float = 1.0,
+        rng: np.random.Generator | None = None,
+    ):
+        self.obs_shape = tuple(obs_space.shape)
+        self.discrete = hasattr(act_space, "n")
+        self.act_space = act_space
+        self.act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        self.nets = [
+            RewardNet(self.obs_shape, self.act_dim, hidden, dropout) for _ in range(members)
+        ]
+        self.l2 = [l2] * members
+        self.opts = [torch.optim.Adam(n.parameters(), lr=lr, weight_decay=l2) for n in self.nets]
+        self.obs_rms = RunningMeanStd(self.obs_shape)
+        self.out_mean = np.zeros(members)
+        self.out_std = np.ones(members)
+        self.batch_size, self.noise, self.reward_std = batch_size, noise, reward_std
+        self.rng = rng or np.random.default_rng(0)
+        self.updates = 0
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def observe(self, obs: np.ndarray) -> None:
+        """Update the input normalizer with a batch of raw observations (N, *obs_shape)."""
+        self.obs_rms.update(np.asarray(obs, np.float64).reshape(-1, *self.obs_shape))
+
+    def encode(self, obs: np.ndarray, act: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalized observations and encoded actions (one-hot, or scaled to [-1, 1])."""
+        o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
+        o = torch.as_tensor(np.clip(o, -5, 5), dtype=torch.float32)
+        if self.discrete:
+            a = torch.nn.functional.one_hot(torch.as_tensor(act, dtype=torch.long), self.act_dim)
+            a = a.float()
+        else:
+            low, high = self.act_space.low, self.act_space.high
+            scaled = 2 * (np.clip(act, low, high) - low) / (high - low) - 1
+            a = torch.as_tensor(scaled, dtype=torch.float32).reshape(*np.shape(act)[:-1], -1)
+        return o, a
+
+    # -- training ------------------------------------------------------------------------------
+
+    def pair_returns(self, net: RewardNet, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """(B, 2) summed predicted rewards of the pairs (B, 2, L, ...) in one forward pass."""
+        return net(obs, act).sum(-1)
+
+    def train_step(self, pairs: PairSet) -> float:
+        """One Adam step per member on a minibatch drawn with its bootstrap weights."""
+        losses = []
+        for k, (net, opt) in enumerate(zip(self.nets, self.opts, strict=True)):
+            net.train()
+            w = pairs.weights[pairs.train, k]
+            if w.sum() == 0:
+                continue
+            idx = self.rng.choice(pairs.train, size=self.batch_size, p=w / w.sum())
+            obs, act, mu = pairs.batch(idx, self)
+            loss = preference_loss(self.pair_returns(net, obs, act), mu, self.noise).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        self.updates += 1
+        return float(torch.stack(losses).mean()) if losses else float("nan")
+
+    @torch.no_grad()
+    def evaluate(self, pairs: PairSet, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per member: mean loss and accuracy (on non-tied labels) over pairs `idx` (eval mode)."""
+        losses, accs = np.zeros(len(self.nets)), np.full(len(self.nets), np.nan)
+        if len(idx) == 0:
+            return np.full(len(self.nets), np.nan), accs
+        for start in range(0, len(idx), 256):
+            chunk = idx[start : start + 256]
+            obs, act, mu = pairs.batch(chunk, self)
+            clear = mu != 0.5
+            for k, net in enumerate(self.nets):
+                net.eval()
+                ret = self.pair_returns(net, obs, act)
+                losses[k] += float(preference_loss(ret, mu, self.noise).sum())
+                right = ((ret[:, 0] > ret[:, 1]).float() == mu)[clear]
+                accs[k] = (0 if np.isnan(accs[k]) else accs[k]) + float(right.sum())
+        n_clear = max(1, int(np.sum(pairs.mu[idx] != 0.5)))
+        return losses / len(idx), accs / n_clear
+
+    def adapt_l2(self, train_loss: np.ndarray, val_loss: np.ndarray) -> None:
+        """Keep each member's validation loss within 1.1–1.5× its training loss."""
+        for k, opt in enumerate(self.opts):
+            ratio = val_loss[k] / max(train_loss[k], 1e-8)
+            if not np.isfinite(ratio):
+                continue
+            if ratio > 1.5:
+                self.l2[k] = min(self.l2[k] * L2_STEP, L2_MAX)
+            elif ratio < 1.1:
+                self.l2[k] = max(self.l2[k] / L2_STEP, L2_MIN)
+            for g in opt.param_groups:
+                g["weight_decay"] = self.l2[k]
+
+    @torch.no_grad()
+    def calibrate(self, obs: np.ndarray, act: np.ndarray) -> None:
+        """Per-member output offset and scale over recent experience (obs, act)."""
+        o, a = self.encode(obs, act)
+        for k, net in enumerate(self.nets):
+            net.eval()
+            r = net(o, a).numpy()
+            self.out_mean[k], self.out_std[k] = r.mean(), max(r.std(), 1e-6)
+
+    # -- using it ------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
+        """(members, N) normalized rewards of N steps."""
+        o, a = self.encode(obs, act)
+        out = []
+        for k, net in enumerate(self.nets):
+            net.eval()
+            out.append((net(o, a).numpy() - self.out_mean[k]) / self.out_std[k])
+        return np.stack(out)
+
+    def reward(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
+        """The reward the policy sees: reward_std · mean over members of normalized r̂_k."""
+        return self.reward_std * self.member_rewards(obs, act).mean(0)
+
+    @torch.no_grad()
+    def preference_variance(self, left, right) -> np.ndarray:
+        """Variance across members of P̂[left ≻ right] for candidate pairs (query selection).
+
+        `left`, `right`: (obs (B, L, ...), actions (B, L, ...)).
+        """
+        obs = np.stack([left[0], right[0]], 1)
+        act = np.stack([left[1], right[1]], 1)
+        o, a = self.encode(obs, act)
+        probs = []
+        for net in self.nets:
+            net.eval()
+            ret = self.pair_returns(net, o, a)
+            probs.append(torch.sigmoid(ret[:, 0] - ret[:, 1]).numpy())
+        return np.var(np.stack(probs), 0)
+
+    def snapshot(self) -> RewardModel:
+        """A frozen copy for the policy's env wrapper (another thread may go on training)."""
+        twin = copy.copy(self)
+        twin.nets = [copy.deepcopy(n).eval() for n in self.nets]
+        twin.opts = []
+        twin.obs_rms = copy.deepcopy(self.obs_rms)
+        twin.out_mean, twin.out_std = self.out_mean.copy(), self.out_std.copy()
+        return twin
+
+    def state_dict(self) -> dict:
+        return {
+            "nets": [n.state_dict() for n in self.nets],
+            "l2": list(self.l2),
+            "obs_rms": self.obs_rms.state_dict(),
+            "out_mean": self.out_mean.tolist(),
+            "out_std": self.out_std.tolist(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for net, s in zip(self.nets, state["nets"], strict=True):
+            net.load_state_dict(s)
+        self.l2 = list(state["l2"])
+        self.obs_rms.load_state_dict(state["obs_rms"])
+        self.out_mean, self.out_std = np.array(state["out_mean"]), np.array(state["out_std"])
+        self.updates = int(state["updates"])
+
+
+class PairSet:
+    """Labeled pairs in memory: segment arrays, labels, validation split, bootstrap weights."""
+
+    def __init__(self, members: int, rng: np.random.Generator, capacity: int = 3000):
+        self.members, self.rng, self.capacity = members, rng, capacity
+        self.query_ids: list[int] = []
+        self.left: list[int] = []
+        self.right: list[int] = []
+        self.mu = np.zeros(0, np.float32)
+        self.is_val = np.zeros(0, bool)
+        self.weights = np.zeros((0, members))
+        self.segments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._known: dict[int, tuple[bool, np.ndarray]] = {}  # query id -> (val?, weights)
+
+    def __len__(self) -> int:
+        return len(self.query_ids)
+
+    def sync(self, rows, load_segment) -> int:
+        """Make the set equal to `rows` (query id, left, right, label) — the newest `capacity`
+        answered queries — loading new segments with `load_segment(id) -> (obs, actions)`.
+        Returns how many pairs are new. A query keeps its split and weights for its lifetime."""
+        rows = rows[-self.capacity :]
+        new = 0
+        for qid, left, right, _ in rows:
+            if qid not in self._known:
+                new += 1
+                self._known[qid] = (
+                    self.rng.random() < VAL_FRACTION,
+                    self.rng.poisson(1.0, self.members).astype(np.float64),
+                )
+            for sid in (left, right):
+                if sid not in self.segments:
+                    self.segments[sid] = load_segment(sid)
+        self.query_ids = [r[0] for r in rows]
+        self.left = [r[1] for r in rows]
+        self.right = [r[2] for r in rows]
+        self.mu = np.array([r[3] for r in rows], np.float32)
+        self.is_val = np.array([self._known[q][0] for q in self.query_ids], bool)
+        self.weights = np.array([self._known[q][1] for q in self.query_ids]).reshape(
+            -1, self.members
+        )
+        live = set(self.left) | set(self.right)
+        for sid in [s for s in self.segments if s not in live]:
+            del self.segments[sid]
+        return new
+
+    @property
+    def train(self) -> np.ndarray:
+        return np.flatnonzero(~self.is_val)
+
+    @property
+    def val(self) -> np.ndarray:
+        return np.flatnonzero(self.is_val)
+
+    def batch(self, idx, model: RewardModel):
+        """(obs (B, 2, L, ...), actions, mu (B,)) tensors for pairs `idx`, encoded by `model`."""
+        obs = np.stack(
+            [
+                np.stack([self.segments[self.left[i]][0], self.segments[self.right[i]][0]])
+                for i in idx
+            ]
+        )
+        act = np.stack(
+            [
+                np.stack([self.segments[self.left[i]][1], self.segments[self.right[i]][1]])
+                for i in idx
+            ]
+        )
+        o, a = model.encode(obs, act)
+        return o, a, torch.as_tensor(self.mu[idx])

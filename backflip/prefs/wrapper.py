@@ -1,0 +1,48 @@
+"""`LearnedReward`: the vector-env wrapper through which any algorithm trains on r̂.
+
+The preference pipeline appends it to `backflip.envs.TRAINING_VEC_WRAPPERS`, so every training
+vector env the algorithm makes (with `make_vec`) sees the learned reward, while evaluation envs
+keep the true one. The algorithm needs no change: PPO, A2C, DQN, SAC all call `make_vec`.
+
+On each step it
+1. replaces the env's reward with the pipeline's current reward model, r̂(o_t, a_t), computed for
+   all env copies in one batched forward pass (0 on Gymnasium's autoreset steps, which are not
+   transitions);
+2. hands the true transition to the pipeline (segments for queries, true returns for metrics);
+3. lets the pipeline run its synchronous tick, or publish the async worker's metrics.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class LearnedReward(gym.vector.VectorWrapper):
+    """Replace the reward of a vector env (NEXT_STEP autoreset) by `pipeline.reward(obs, act)`."""
+
+    def __init__(self, env: gym.vector.VectorEnv, pipeline):
+        super().__init__(env)
+        self.pipeline = pipeline
+        self.obs = None
+        self.prev_done = np.zeros(env.num_envs, bool)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.obs = obs
+        self.prev_done = np.zeros(self.num_envs, bool)
+        self.pipeline.episode_reset()
+        return obs, info
+
+    def step(self, actions):
+        obs_before, valid = self.obs, ~self.prev_done
+        obs, true_reward, term, trunc, info = self.env.step(actions)
+        actions = np.asarray(actions)
+        reward = self.pipeline.reward(obs_before, actions)
+        reward = np.where(valid, reward, 0.0)
+        done = term | trunc
+        self.pipeline.on_step(
+            obs_before, actions, np.asarray(true_reward, np.float64), reward, valid, done
+        )
+        self.obs, self.prev_done = obs, done
+        return obs, reward, term, trunc, info
