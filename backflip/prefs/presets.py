@@ -11,7 +11,12 @@ PRESETS: dict[str, dict] = {
     "MovingDotLowDim-v0": {
         "steps": 100_000,
         "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98}},
-        "prefs": {"labels": 300, "segment_length": 25},
+        "prefs": {
+            "labels": 500,
+            "initial_frac": 0.3,
+            "pretrain_updates": 1000,
+            "rm_updates_per_kstep": 20,
+        },
     },
     "MovingDot84-v0": {
         "steps": 50_000,

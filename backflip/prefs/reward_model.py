@@ -45,7 +45,7 @@ VAL_FRACTION = 1 / math.e
 # Adaptive L2: multiplied or divided by L2_STEP per round, within [L2_MIN, L2_MAX]. With few
 # labels the ratio stays high whatever L2 does; the cap stops the decay from swamping the loss
 # gradient (Adam's weight_decay adds l2 * w to a gradient of order 1e-2).
-L2_STEP, L2_MIN, L2_MAX = 1.2, 1e-6, 1e-2
+L2_STEP, L2_MIN, L2_MAX = 1.2, 1e-6, 1e-3
 
 
 def preference_loss(returns: torch.Tensor, mu: torch.Tensor, noise: float = 0.1) -> torch.Tensor:

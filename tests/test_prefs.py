@@ -1,0 +1,430 @@
+"""Learning from preferences: loss, shared towers, labeler, database, schedule, envs, pipeline."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from backflip.envs import make_vec, register_envs
+from backflip.prefs.db import PreferenceDB, Segment
+from backflip.prefs.labelers import synthetic_label
+from backflip.prefs.reward_model import PairDropout, RewardModel, RewardNet, preference_loss
+from backflip.prefs.segments import LabelSchedule, SegmentRecorder
+from backflip.telemetry import read_metrics
+from tests.conftest import ROOT, cli_env
+
+register_envs()  # MovingDot and the fixed-horizon CartPole, for gym.make
+
+
+# --- Bradley–Terry loss and the noise model ------------------------------------------------------
+
+
+def test_bradley_terry_loss_with_noise_matches_hand_computed_values():
+    # returns 2 vs 1: P̂ = sigmoid(1) = 0.7310586, with 10% noise P = 0.9 * P̂ + 0.05 = 0.7079527
+    returns = torch.tensor([[2.0, 1.0]] * 3)
+    loss = preference_loss(returns, torch.tensor([1.0, 0.0, 0.5]), noise=0.1)
+    assert loss[0].item() == pytest.approx(-math.log(0.7079527), abs=1e-6)  # 0.3453780
+    assert loss[1].item() == pytest.approx(-math.log(1 - 0.7079527), abs=1e-6)  # 1.2308396
+    assert loss[2].item() == pytest.approx(0.5 * (0.3453780 + 1.2308396), abs=1e-6)
+    # without noise: plain logistic loss -log sigmoid(1) = 0.3132617
+    assert preference_loss(returns[:1], torch.tensor([1.0]), noise=0.0).item() == pytest.approx(
+        0.3132617, abs=1e-6
+    )
+    # equal returns: P = 0.5 whatever the label, loss ln 2
+    flat = preference_loss(torch.tensor([[3.0, 3.0]]), torch.tensor([0.0]), noise=0.1)
+    assert flat.item() == pytest.approx(math.log(2), abs=1e-6)
+
+
+def test_noise_model_bounds_the_loss_of_a_confident_mistake():
+    # P̂ -> 1 but the label says right: P -> 0.95, loss -> -ln 0.05 = 2.9957 (finite), not infinity
+    loss = preference_loss(torch.tensor([[100.0, 0.0]]), torch.tensor([0.0]), noise=0.1)
+    assert loss.item() == pytest.approx(-math.log(0.05), abs=1e-4)
+    # without the noise term the same mistake costs about the return gap (here ~100)
+    plain = preference_loss(torch.tensor([[100.0, 0.0]]), torch.tensor([0.0]), noise=0.0)
+    assert plain.item() > 50
+
+
+# --- weight-shared towers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("obs_shape", [(4,), (1, 84, 84)])
+def test_both_segments_of_a_pair_see_the_same_dropout_mask_and_batchnorm(obs_shape):
+    torch.manual_seed(0)
+    net = RewardNet(obs_shape, act_dim=3, dropout=0.5).train()
+    seg = torch.randn(5, 1, 7, *obs_shape)
+    act = torch.randn(5, 1, 7, 3)
+    pair_obs, pair_act = torch.cat([seg, seg], 1), torch.cat([act, act], 1)  # left == right
+    out = net(pair_obs, pair_act)
+    # identical segments through the two towers give identical outputs only if both towers drop
+    # the same units (and batchnorm normalizes both with the same statistics)
+    # (equal up to float summation order: different masks would differ by ~0.1)
+    assert torch.allclose(out[:, 0], out[:, 1], atol=1e-6)
+    masks = [m.last_mask for m in net.modules() if isinstance(m, PairDropout)]
+    assert masks and all(m.shape[1] == 1 for m in masks)  # one mask, broadcast over the pair
+    # ...and dropout is really on: a second pass draws another mask
+    assert not torch.allclose(net(pair_obs, pair_act), out, atol=1e-3)
+
+
+def test_independent_masks_would_break_the_towers():
+    # the failure the test above guards against (Rahtz's bug): separate masks per segment
+    torch.manual_seed(0)
+    x = torch.ones(4, 2, 5, 8)
+    independent = torch.nn.functional.dropout(x, 0.5, training=True)
+    shared = PairDropout(0.5).train()(x)
+    assert not torch.equal(independent[:, 0], independent[:, 1])
+    assert torch.equal(shared[:, 0], shared[:, 1])
+
+
+def test_reward_model_normalizes_its_input_and_output():
+    obs_space = gym.spaces.Box(-1e3, 1e3, (2,), np.float32)
+    model = RewardModel(obs_space, gym.spaces.Discrete(3), members=2)
+    obs = np.random.default_rng(0).normal(500.0, 100.0, (4000, 2))  # far from unit scale
+    model.observe(obs)
+    o, a = model.encode(obs, np.zeros(4000, np.int64))
+    assert abs(float(o.mean())) < 0.05 and abs(float(o.std()) - 1) < 0.05
+    assert a.shape == (4000, 3)
+    model.calibrate(obs, np.zeros(4000, np.int64))
+    r = model.member_rewards(obs, np.zeros(4000, np.int64))
+    assert np.allclose(r.mean(1), 0, atol=1e-4) and np.allclose(r.std(1), 1, atol=1e-3)
+
+
+# --- the synthetic labeler ----------------------------------------------------------------------------
+
+
+def seg(rewards) -> Segment:
+    n = len(rewards)
+    return Segment(np.zeros((n, 2), np.float32), np.zeros(n, np.int64), np.asarray(rewards, float))
+
+
+def test_synthetic_labeler_prefers_higher_true_return_and_ties_give_half():
+    assert synthetic_label(seg([1, 1, 0]), seg([0, 1, 0])) == 1.0
+    assert synthetic_label(seg([0, 0, 0]), seg([0, 1, 0])) == 0.0
+    assert synthetic_label(seg([1, 0, -1]), seg([0, 0, 0])) == 0.5  # equal sums
+    assert synthetic_label(seg([0.1, 0.2]), seg([0.3, 0.0])) == 0.5  # equal up to rounding
+    assert synthetic_label(seg([1e-6]), seg([0.0])) == 1.0  # small but real differences count
+
+
+def test_synthetic_labeler_error_rate_answers_at_random():
+    rng = np.random.default_rng(0)
+    answers = [synthetic_label(seg([5]), seg([0]), error_rate=1.0, rng=rng) for _ in range(400)]
+    assert set(answers) == {0.0, 1.0}
+    assert 0.4 < np.mean(answers) < 0.6
+    mostly = [synthetic_label(seg([5]), seg([0]), error_rate=0.2, rng=rng) for _ in range(1000)]
+    assert 0.85 < np.mean(mostly) < 0.95  # 80% right + half of the 20% random
+
+
+# --- the database ---------------------------------------------------------------------------------------
+
+
+def test_database_answers_skips_undo_and_reuse(tmp_path):
+    db = PreferenceDB(tmp_path / "a" / "prefs.sqlite")
+    q1 = db.add_query(seg([1]), seg([0]), 10, "random")
+    q2 = db.add_query(seg([2]), seg([3]), 10, "random")
+    q3 = db.add_query(seg([0]), seg([0]), 10, "random", label=0.5, labeler="synthetic")
+    assert db.counts() == {"labeled": 1, "pending": 2, "skipped": 0, "segments": 6}
+    db.answer(q1, "left")
+    db.answer(q2, "skip")
+    with pytest.raises(KeyError):
+        db.answer(q1, "right")  # already answered
+    with pytest.raises(ValueError):
+        db.answer(q2, "maybe")
+    assert [r[0] for r in db.labels()] == [q1, q3]
+    assert db.undo("human") == q2  # the skip was the last human answer
+    assert db.pending(5) == [(q2, 3, 4)]
+    seg_back = db.segment(1)
+    assert seg_back.true_return == 1.0 and seg_back.obs.shape == (1, 2)
+    other = PreferenceDB(tmp_path / "b" / "prefs.sqlite")
+    assert other.import_from(db, origin="a") == 2
+    assert sorted(r[3] for r in other.labels()) == [0.5, 1.0]
+    assert other.counts()["segments"] == 4
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, numpy as np
+    from backflip.prefs.db import PreferenceDB, Segment
+    db = PreferenceDB(sys.argv[1])
+    s = lambda r: Segment(np.zeros((25, 4), np.float32), np.zeros(25, np.int64), np.full(25, r))
+    for i in range(100000):
+        q = db.add_query(s(1.0), s(0.0), i, "random")
+        db.answer(q, "left", "human")
+        print("ack", q, flush=True)   # the labeler is told only after the commit
+    """
+)
+
+
+def test_labels_survive_killing_the_process_mid_labeling_and_restarting(tmp_path):
+    path = tmp_path / "prefs.sqlite"
+    acked = 0
+    for round_ in range(2):  # label, get killed, restart, label more
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=cli_env(tmp_path),
+            cwd=ROOT,
+        )
+        seen = 0
+        for line in proc.stdout:
+            if line.startswith("ack"):
+                seen += 1
+            if seen == 40:
+                break
+        os.kill(proc.pid, signal.SIGKILL)  # mid-transaction, most likely
+        proc.wait()
+        acked += seen
+        db = PreferenceDB(path)
+        counts = db.counts()
+        # every acknowledged label is there; at most the one in flight is extra
+        assert acked <= counts["labeled"] <= acked + round_ + 1
+        assert counts["pending"] <= 1  # a query whose answer was in flight
+        acked = counts["labeled"]
+        db.close()
+
+
+# --- segments and the schedule ----------------------------------------------------------------------------
+
+
+def test_segments_never_cross_episode_boundaries_or_include_reset_steps():
+    rec = SegmentRecorder(num_envs=2, length=3)
+    obs, act = np.zeros((2, 1)), np.zeros(2, np.int64)
+    valid, done = np.ones(2, bool), np.zeros(2, bool)
+    out = []
+    for t in range(7):
+        d = done.copy()
+        v = valid.copy()
+        if t == 4:
+            d[0] = True  # env 0 ends an episode after 5 steps: its partial segment is dropped
+        if t == 5:
+            v[0] = False  # the autoreset step is not a transition
+        out += rec.add(obs + t, act, np.array([t, t], float), v, d, t)
+    env0 = [s for s in out if s.obs[0, 0] in (0, 6)]
+    assert [list(s.rewards) for s in out] == [[0, 1, 2], [0, 1, 2], [3, 4, 5]]
+    assert len(env0) == 2 and all(len(s.rewards) == 3 for s in out)
+
+
+def test_label_schedule_front_loads_then_decays_to_the_total():
+    s = LabelSchedule(total=500, initial=125, until=80_000, decay=0.25)
+    due = [s.due(t) for t in range(0, 100_001, 10_000)]
+    assert due[0] == 125 and due[8] == 500 and due[-1] == 500
+    assert all(b >= a for a, b in itertools.pairwise(due))
+    steps = np.diff(due[:9])
+    assert steps[0] > steps[-1]  # the rate decays
+
+
+# --- environments ---------------------------------------------------------------------------------------
+
+
+def test_moving_dot_rewards_moving_towards_the_centre():
+    env = gym.make("MovingDotLowDim-v0")
+    obs, _ = env.reset(seed=0)
+    x = obs[0] * 160
+    towards = 2 if x < 80 else 4  # right or left
+    assert env.step(towards)[1] == 1.0
+    assert env.step(6 - towards)[1] == -1.0
+    assert env.step(0)[1] == 0.0
+    pix = gym.make("MovingDot-v0")
+    frame, _ = pix.reset(seed=0)
+    assert frame.shape == (210, 160, 3) and frame.sum() == 4 * 4 * 3 * 255
+    assert gym.make("MovingDot84-v0").reset(seed=0)[0].shape == (1, 84, 84)
+
+
+def test_fixed_horizon_cartpole_replaces_termination_by_a_penalty():
+    env = gym.make("CartPoleFixedHorizon-v1")
+    env.reset(seed=0)
+    rewards, steps, ended = [], 0, False
+    while not ended:
+        _, r, term, trunc, info = env.step(1)  # always push right: falls quickly, repeatedly
+        assert not term
+        rewards.append(r)
+        steps += 1
+        ended = trunc
+    assert steps == 500
+    assert info["falls"] > 5 and rewards.count(-10.0) == info["falls"]
+    assert set(rewards) == {1.0, -10.0}
+
+
+def test_learned_reward_wraps_training_envs_only():
+    from backflip.envs import TRAINING_VEC_WRAPPERS
+    from backflip.prefs.wrapper import LearnedReward
+
+    class Const:
+        calls = 0
+
+        def reward(self, obs, act):
+            return np.full(len(act), 7.0)
+
+        def episode_reset(self):
+            pass
+
+        def on_step(self, *args):
+            Const.calls += 1
+
+    wrap = lambda env: LearnedReward(env, Const())  # noqa: E731
+    TRAINING_VEC_WRAPPERS.append(wrap)
+    try:
+        train = make_vec("CartPole-v1", 2)
+        evaluation = make_vec("CartPole-v1", 2, training=False)
+    finally:
+        TRAINING_VEC_WRAPPERS.remove(wrap)
+    train.reset(seed=0)
+    evaluation.reset(seed=0)
+    assert list(train.step(np.array([0, 1]))[1]) == [7.0, 7.0]
+    assert list(evaluation.step(np.array([0, 1]))[1]) == [1.0, 1.0]
+    assert Const.calls == 1
+
+
+def as_json(stdout: str) -> dict:
+    import json
+
+    return json.loads(stdout[stdout.index("\n{") + 1 :])  # after the "run ... created" line
+
+
+# --- the pipeline, small and fast ---------------------------------------------------------------------
+
+
+def small_run(cli, *extra, steps=4096, labels=40):
+    out = cli(
+        "prefs",
+        "train",
+        "ppo",
+        "--env",
+        "MovingDotLowDim-v0",
+        "--steps",
+        steps,
+        "--labels",
+        labels,
+        "--set",
+        "num_steps=64",
+        "--set",
+        "epochs=2",
+        "--set",
+        "prefs.pretrain_updates=20",
+        "--set",
+        "prefs.round_updates=10",
+        "--set",
+        "prefs.tick_steps=1024",
+        "--set",
+        "prefs.rm_updates_per_kstep=5",
+        "--set",
+        "eval_episodes=2",
+        "--no-progress",
+        "--json",
+        *extra,
+    )
+    return as_json(out.stdout)
+
+
+def test_every_prefs_metric_is_documented(cli):
+    from tests.test_metrics_docs import documented_names
+
+    record = small_run(cli, "--set", "prefs.mode=sync")
+    assert record["status"] == "finished"
+    metrics = read_metrics(f"{record['dir']}/seeds/0/metrics.csv")
+    names = {n for n in metrics if n.startswith(("prefs/", "reward_model/"))}
+    for required in (
+        "prefs/labels_per_s",
+        "prefs/segments_per_s",
+        "prefs/queue_depth",
+        "prefs/seconds_since_label",
+        "reward_model/val_train_loss_ratio",
+        "reward_model/return_corr",
+        "prefs/true_return_mean",
+        "prefs/db_mb",
+    ):
+        assert required in names
+    missing = names - documented_names()
+    assert not missing, f"undocumented: {sorted(missing)}"
+    assert metrics["prefs/labels"][1][-1] == 40
+
+
+def test_sync_mode_is_deterministic(cli):
+    a = small_run(cli, "--set", "prefs.mode=sync")
+    b = small_run(cli, "--set", "prefs.mode=sync")
+    ma = read_metrics(f"{a['dir']}/seeds/0/metrics.csv")
+    mb = read_metrics(f"{b['dir']}/seeds/0/metrics.csv")
+    for name in ("reward_model/train_loss", "reward_model/val_loss", "eval/return_mean"):
+        assert np.array_equal(ma[name][1], mb[name][1]), name
+    ra = torch.load(f"{a['dir']}/seeds/0/reward_model.pt", weights_only=False)["model"]
+    rb = torch.load(f"{b['dir']}/seeds/0/reward_model.pt", weights_only=False)["model"]
+    for sa, sb in zip(ra["nets"], rb["nets"], strict=True):
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_a_starved_label_queue_shows_in_the_metrics(cli):
+    # fault injection: the labeler goes silent after 12 labels while the policy keeps training
+    record = small_run(
+        cli, "--set", "prefs.stall_labels_after=12", "--set", "prefs.mode=sync", steps=8192
+    )
+    m = read_metrics(f"{record['dir']}/seeds/0/metrics.csv")
+    assert m["prefs/labels"][1][-1] == 12
+    assert m["prefs/labels_per_s"][1][-1] == 0
+    assert m["prefs/label_debt"][1][-1] > 10
+    since = m["prefs/seconds_since_label"][1]
+    assert since[-1] > since[len(since) // 2] > 0
+
+
+def test_async_mode_and_split_stages(cli):
+    gathered = cli(
+        "prefs",
+        "gather",
+        "--env",
+        "MovingDotLowDim-v0",
+        "--labels",
+        "30",
+        "--json",
+        "--no-progress",
+    )
+    gid = as_json(gathered.stdout)["id"]
+    pre = as_json(
+        cli(
+            "prefs",
+            "pretrain",
+            "--prefs",
+            gid,
+            "--set",
+            "prefs.pretrain_updates=20",
+            "--json",
+            "--no-progress",
+        ).stdout
+    )
+    m = read_metrics(f"{pre['dir']}/seeds/0/metrics.csv")
+    assert m["prefs/labels"][1][-1] == 30  # imported
+    assert m["reward_model/updates"][1][-1] == 20
+    frozen = small_run(cli, "--reward-model", pre["id"], labels=0)
+    assert frozen["status"] == "finished"
+    m = read_metrics(f"{frozen['dir']}/seeds/0/metrics.csv")
+    assert "prefs/true_return_mean" in m and m["prefs/labels"][1][-1] == 0
+    live = small_run(cli, "--prefs", gid)  # async (default) on top of the imported labels
+    m = read_metrics(f"{live['dir']}/seeds/0/metrics.csv")
+    assert live["status"] == "finished" and m["prefs/labels"][1][-1] == 40
+
+
+def test_bad_prefs_input_is_one_line(cli):
+    bad = cli(
+        "prefs",
+        "train",
+        "ppo",
+        "--env",
+        "MovingDotLowDim-v0",
+        "--set",
+        "prefs.labeler=bob",
+        check=False,
+    )
+    assert bad.returncode == 2 and "prefs.labeler" in bad.stderr and "Traceback" not in bad.stderr
+    bad = cli(
+        "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--set", "prefs.nope=1", check=False
+    )
+    assert bad.returncode == 2 and "unknown key prefs.nope" in bad.stderr
+    bad = cli("prefs", "pretrain", check=False)
+    assert bad.returncode == 2 and "--prefs" in bad.stderr
