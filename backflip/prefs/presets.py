@@ -10,10 +10,11 @@ from __future__ import annotations
 PRESETS: dict[str, dict] = {
     "MovingDotLowDim-v0": {
         "steps": 100_000,
-        "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98}},
+        # ent_coef: Rahtz's moving-dot runs used 0.02; exploration keeps the queries informative
+        "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98, "ent_coef": 0.02}},
         "prefs": {
             "labels": 500,
-            "initial_frac": 0.3,
+            "initial_frac": 0.5,
             "pretrain_updates": 1000,
             "rm_updates_per_kstep": 20,
         },

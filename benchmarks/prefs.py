@@ -1,0 +1,128 @@
+"""Learning from preferences: normalized true return against PPO on the true reward.
+
+For each task: R_random (uniform random actions), R_true (backflip PPO on the true reward, same
+policy settings and agent steps), and the preference run (synthetic labels) on 3 seeds; each
+return is the mean over 20 greedy evaluation episodes. The score is
+
+    (R - R_random) / (R_true - R_random)        (R_true: mean over the PPO seeds)
+
+and the target is >= 0.9 on every seed. Wall time is each seed's own (status.json), which
+includes the random-policy phase, reward-model pretraining and evaluation.
+
+    python benchmarks/prefs.py [--tasks movingdot,cartpole,pendulum] [--seeds 3] [--workers 2]
+
+Runs are archived under $BACKFLIP_HOME (default ./runs); results also go to --out as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+TASKS = {
+    "movingdot": ("MovingDotLowDim-v0", 500),
+    "cartpole": ("CartPoleFixedHorizon-v1", 500),
+    "pendulum": ("Pendulum-v1", 200),
+}
+
+
+def random_return(env_id: str, episodes: int = 20) -> float:
+    from backflip.envs import make_vec
+    from backflip.seedrun import evaluate
+
+    envs = make_vec(env_id, episodes, training=False)
+    envs.action_space.seed(0)
+    rets, _ = evaluate(lambda o: envs.action_space.sample(), envs, episodes, seed=500)
+    return float(rets.mean())
+
+
+def launch(args_list: list[str], home: Path) -> dict:
+    """Run the real CLI in-process, return the run record."""
+    import contextlib
+    import io
+
+    from backflip.cli import main
+    from backflip.runs.archive import load_run, run_dirs
+
+    before = set(run_dirs(home))
+    with contextlib.redirect_stdout(io.StringIO()):
+        main([*args_list, "--home", str(home), "--no-progress"])
+    (new,) = set(run_dirs(home)) - before
+    return load_run(new)
+
+
+def per_seed(record: dict) -> tuple[list[float], list[float]]:
+    rets = [s.get("final_eval_return", float("nan")) for s in record["seeds"]]
+    walls = [s.get("wall_s", float("nan")) for s in record["seeds"]]
+    return rets, walls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--mode", default="sync", help="prefs.mode for the preference runs")
+    ap.add_argument("--home", default="runs")
+    ap.add_argument("--out", default="benchmarks/prefs_results.json")
+    args = ap.parse_args()
+    from backflip.prefs.presets import PRESETS
+
+    home = Path(args.home)
+    home.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for task in args.tasks.split(","):
+        env_id, labels = TASKS[task]
+        preset = PRESETS[env_id]
+        steps = preset["steps"]
+        policy = preset["policy"].get("ppo", {})
+        common = ["--seeds", str(args.seeds), "--workers", str(args.workers), "--steps", str(steps)]
+        sets = [x for k, v in policy.items() for x in ("--set", f"{k}={v}")]
+        sets += ["--set", "eval_episodes=20"]
+        r_random = random_return(env_id)
+        t0 = time.time()
+        true_run = launch(["train", "ppo", "--env", env_id, *common, *sets], home)
+        true_rets, true_walls = per_seed(true_run)
+        pref_run = launch(
+            [
+                "prefs", "train", "ppo", "--env", env_id, "--labels", str(labels),
+                *common, "--set", "eval_episodes=20", "--set", f"prefs.mode={args.mode}",
+            ],
+            home,
+        )  # fmt: skip
+        pref_rets, pref_walls = per_seed(pref_run)
+        r_true = float(np.mean(true_rets))
+        scores = [(r - r_random) / (r_true - r_random) for r in pref_rets]
+        results[task] = {
+            "env": env_id,
+            "steps": steps,
+            "labels": labels,
+            "R_random": r_random,
+            "R_true_per_seed": true_rets,
+            "R_true": r_true,
+            "ppo_true_wall_s": true_walls,
+            "R_prefs_per_seed": pref_rets,
+            "score_per_seed": scores,
+            "prefs_wall_s": pref_walls,
+            "prefs_run": pref_run["id"],
+            "true_run": true_run["id"],
+            "total_s": time.time() - t0,
+        }
+        ok = "PASS" if min(scores) >= 0.9 else "FAIL"
+        print(
+            f"{task:10s} {env_id:24s} steps {steps:,} labels {labels}: R_random {r_random:.1f}, "
+            f"R_true {r_true:.1f} {np.round(true_rets, 1).tolist()}, "
+            f"prefs {np.round(pref_rets, 1).tolist()} -> scores {np.round(scores, 2).tolist()} "
+            f"[{ok}], wall/seed {np.round(pref_walls, 0).tolist()} s "
+            f"(PPO true {np.round(true_walls, 0).tolist()} s)",
+            flush=True,
+        )
+    Path(args.out).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
