@@ -5,7 +5,8 @@
 of a larger web app (the `backflip ui` server): every URL in the page is relative, and a request
 for the bare prefix is redirected to `prefix/`. Routes, relative to the mount point:
 
-    GET  ./                    the page (HTML, CSS and script inline)
+    GET  ./                    the page (HTML and CSS)
+    GET  ./app.js              its script
     GET  ./api/state           {"query": {id, left, right} | null, labeled, skipped, pending,
                                 target, segment_length}
     GET  ./clip/<segment>.png  the segment as a PNG sprite sheet (frames top to bottom)
@@ -58,8 +59,12 @@ PAGE = """<!doctype html>
    <button data-choice="skip"><kbd>↓</kbd> can't tell</button>
    <button id="undo"><kbd>U</kbd> undo</button></p>
 <div id="flash"></div>
-<script>
-"use strict";
+<script src="app.js"></script>
+</body></html>
+"""
+
+# a separate file, so the page also works under a Content-Security-Policy without inline scripts
+SCRIPT = """"use strict";
 let state = null, sheets = {left: null, right: null}, frame = 0, busy = false;
 let seq = 0;  // only the newest request's answer is shown (a slow poll must not undo a label)
 const FPS = 12;
@@ -142,8 +147,6 @@ document.getElementById("undo").addEventListener("click", undo);
 setInterval(draw, 1000 / FPS);
 setInterval(() => { if (!busy) refresh(); }, 1500);
 refresh();
-</script>
-</body></html>
 """
 
 CLIP = re.compile(r"^/clip/(\d+)\.png$")
@@ -204,6 +207,8 @@ def make_app(folder: str | Path):
             return reply("301 Moved Permanently", b"", "text/plain", [("Location", target_url)])
         if path == "/" and method == "GET":
             return reply("200 OK", PAGE.encode(), "text/html; charset=utf-8")
+        if path == "/app.js" and method == "GET":
+            return reply("200 OK", SCRIPT.encode(), "text/javascript; charset=utf-8")
         if path == "/api/state" and method == "GET":
             return reply("200 OK", state())
         m = CLIP.match(path)
@@ -246,3 +251,79 @@ def serve(folder: str | Path, host: str = "127.0.0.1", port: int = 8765):
     return make_server(
         host, port, make_app(folder), server_class=_ThreadingServer, handler_class=_QuietHandler
     )
+
+
+# --- mounting inside `backflip ui` -----------------------------------------------------------------
+
+QUEUE_PAGE = """{% extends "base.html" %}{% block content %}
+<h1>Preference labeling</h1>
+{% if rows %}<table><tr><th>run</th><th>env</th><th>seed</th><th>labeled</th><th>pending</th>
+<th>target</th><th></th></tr>
+{% for r in rows %}<tr><td>{{ r.id }}</td><td>{{ r.env }}</td><td>{{ r.seed }}</td>
+<td>{{ r.labeled }}</td><td>{{ r.pending }}</td><td>{{ r.target }}</td>
+<td><a href="{{ r.id }}/{{ r.seed }}/">label</a></td></tr>{% endfor %}</table>
+{% else %}<p>No preference runs yet: <code>backflip prefs train ALGO --env ENV --labeler human
+</code></p>{% endif %}
+{% endblock %}"""
+
+
+def ui_blueprint(home):
+    """The labeling pages as a Flask blueprint for `backflip ui` (mounted at /label):
+
+    /label/                         preference runs and their seeds, with pending counts
+    /label/<run_id>/<seed>/...      the labeling page of that seed (`make_app`)
+    """
+    from flask import Blueprint, abort, render_template_string, request
+    from werkzeug.wrappers import Response
+
+    from backflip.runs.archive import read_json, run_dirs, seed_dir
+
+    home = Path(home)
+    bp = Blueprint("prefs_label", __name__)
+    apps: dict[Path, object] = {}
+
+    @bp.get("/")
+    def queue():
+        rows = []
+        for run_dir in reversed(run_dirs(home)):
+            try:
+                config = read_json(run_dir / "run.json").get("config", {})
+            except Exception:  # noqa: BLE001 — a corrupt run.json is shown by the UI elsewhere
+                continue
+            if "prefs" not in config:
+                continue
+            for seed in config.get("seeds", []):
+                path = seed_dir(run_dir, seed) / "prefs.sqlite"
+                if not path.exists():
+                    continue
+                db = PreferenceDB(path)
+                counts = db.counts()
+                db.close()
+                rows.append(
+                    {
+                        "id": run_dir.name,
+                        "env": config.get("env_id"),
+                        "seed": seed,
+                        "labeled": counts["labeled"],
+                        "pending": counts["pending"],
+                        "target": config["prefs"].get("labels"),
+                    }
+                )
+        return render_template_string(QUEUE_PAGE, rows=rows, nav="label")
+
+    @bp.route("/<run_id>/<int:seed>", defaults={"rest": ""}, methods=["GET", "POST"])
+    @bp.route("/<run_id>/<int:seed>/", defaults={"rest": "/"}, methods=["GET", "POST"])
+    @bp.route("/<run_id>/<int:seed>/<path:rest>", methods=["GET", "POST"])
+    def page(run_id, seed, rest):
+        folder = seed_dir(home / run_id, seed)
+        if "/" in run_id or ".." in run_id or not (folder / "prefs.sqlite").exists():
+            abort(404)
+        if folder not in apps:
+            apps[folder] = make_app(folder)
+        environ = dict(request.environ)
+        prefix = request.path[: len(request.path) - len(rest)] if rest else request.path
+        environ["SCRIPT_NAME"] = prefix.rstrip("/") if rest else prefix
+        environ["PATH_INFO"] = ("/" + rest.lstrip("/")) if rest else ""
+        return Response.from_app(apps[folder], environ)
+
+    return bp
