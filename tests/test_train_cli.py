@@ -295,8 +295,21 @@ def test_tensorboard_event_files_match_the_metrics_table(cli, home):
 
 
 def test_target_return_stops_a_seed_once_evaluation_reaches_it(cli, home):
-    proc = cli("train", "ppo", "--env", "CartPole-v1", "--steps", "100000", "--set", "eval_every=2048",
-               "--set", "eval_episodes=3", "--set", "target_return=60", "--no-progress")
+    proc = cli(
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--steps",
+        "100000",
+        "--set",
+        "eval_every=2048",
+        "--set",
+        "eval_episodes=3",
+        "--set",
+        "target_return=60",
+        "--no-progress",
+    )
     run_id = proc.stdout.split()[1].rstrip(":")
     seed = load_run(home / run_id)["seeds"][0]
     assert seed["status"] == "finished" and seed["final_eval_return"] >= 60
