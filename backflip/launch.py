@@ -116,7 +116,7 @@ def run_seed(job: SeedJob, conn=None) -> dict:
             train_seed(cfg, job.config["prefs"], run)
         else:
             spec.train(cfg.hp, run)
-        status["status"] = "interrupted" if run.stopping else "finished"
+        status["status"] = "interrupted" if run.stopping and not run.solved else "finished"
     except KeyboardInterrupt:
         status["status"] = "interrupted"
     except NonFiniteError as e:
