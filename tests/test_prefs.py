@@ -428,3 +428,13 @@ def test_bad_prefs_input_is_one_line(cli):
     assert bad.returncode == 2 and "unknown key prefs.nope" in bad.stderr
     bad = cli("prefs", "pretrain", check=False)
     assert bad.returncode == 2 and "--prefs" in bad.stderr
+
+
+def test_fused_inference_equals_the_members_one_by_one():
+    model = RewardModel(gym.spaces.Box(0, 1, (3,), np.float32), gym.spaces.Discrete(4), members=3)
+    rng = np.random.default_rng(0)
+    model.observe(rng.random((100, 3)))
+    obs, act = rng.random((8, 3)).astype(np.float32), rng.integers(0, 4, 8)
+    snap = model.snapshot()
+    assert snap.fused is not None
+    assert np.allclose(snap.member_rewards(obs, act), model.member_rewards(obs, act), atol=1e-5)

@@ -261,11 +261,16 @@ class RewardModel:
     def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         """(members, N) normalized rewards of N steps."""
         o, a = self.encode(obs, act)
-        out = []
-        for k, net in enumerate(self.nets):
-            net.eval()
-            out.append((net(o, a).numpy() - self.out_mean[k]) / self.out_std[k])
-        return np.stack(out)
+        fused = getattr(self, "fused", None)
+        if fused is not None:
+            raw = fused(torch.cat([o, a], -1)).numpy()
+        else:
+            raw = []
+            for net in self.nets:
+                net.eval()
+                raw.append(net(o, a).numpy())
+            raw = np.stack(raw)
+        return (raw - self.out_mean[:, None]) / self.out_std[:, None]
 
     def reward(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         """The reward the policy sees: reward_std · mean over members of normalized r̂_k."""
@@ -294,6 +299,7 @@ class RewardModel:
         twin.opts = []
         twin.obs_rms = copy.deepcopy(self.obs_rms)
         twin.out_mean, twin.out_std = self.out_mean.copy(), self.out_std.copy()
+        twin.fused = None if twin.nets[0].image else FusedMLP(twin.nets)
         return twin
 
     def state_dict(self) -> dict:
@@ -313,6 +319,35 @@ class RewardModel:
         self.obs_rms.load_state_dict(state["obs_rms"])
         self.out_mean, self.out_std = np.array(state["out_mean"]), np.array(state["out_std"])
         self.updates = int(state["updates"])
+
+
+class FusedMLP:
+    """The members' MLPs evaluated as one batched matmul per layer (inference only).
+
+    Called on every env step of the policy, the ensemble's per-module Python overhead costs
+    several times the arithmetic; stacking the members' weights makes it one `baddbmm` per
+    layer (~6x faster for 3 members on 8 env copies). Dropout is the identity at inference.
+    """
+
+    def __init__(self, nets: list[RewardNet]):
+        layers = [[m for m in net.body if isinstance(m, nn.Linear)] for net in nets]
+        self.weights = [
+            torch.stack([ls[i].weight.detach() for ls in layers]).transpose(1, 2)
+            for i in range(len(layers[0]))
+        ]
+        self.biases = [
+            torch.stack([ls[i].bias.detach() for ls in layers]).unsqueeze(1)
+            for i in range(len(layers[0]))
+        ]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, in) -> (members, N)."""
+        h = x.expand(len(self.weights[0]), -1, -1)
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = torch.baddbmm(b, h, w)
+            if i < len(self.weights) - 1:
+                h = torch.nn.functional.leaky_relu(h, 0.01)
+        return h.squeeze(-1)
 
 
 class PairSet:
