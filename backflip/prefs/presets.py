@@ -27,7 +27,7 @@ PRESETS: dict[str, dict] = {
     "CartPoleFixedHorizon-v1": {
         "steps": 100_000,
         "policy": {"ppo": {}},
-        "prefs": {"labels": 400},
+        "prefs": {"labels": 500},
     },
     "Pendulum-v1": {
         "steps": 100_000,
