@@ -35,3 +35,48 @@ def test_moving_dot_from_synthetic_preferences_beats_random(cli):
     assert record["status"] == "finished"
     ret = record["seeds"][0]["final_eval_return"]
     assert ret > 30, f"true eval return {ret:.1f} is not clearly above a random policy's ~0"
+
+
+def test_pixel_moving_dot_runs_end_to_end_with_the_cnn_reward_model(cli):
+    # small budget: the point is the pixel path (NatureCNN policy, the paper's reward CNN with
+    # shared-mask dropout and batchnorm, clips drawn from frames), not learning
+    out = cli(
+        "prefs",
+        "train",
+        "ppo",
+        "--env",
+        "MovingDot84-v0",
+        "--steps",
+        "2048",
+        "--labels",
+        "16",
+        "--set",
+        "num_envs=4",
+        "--set",
+        "num_steps=64",
+        "--set",
+        "epochs=1",
+        "--set",
+        "prefs.segment_length=10",
+        "--set",
+        "prefs.pretrain_updates=4",
+        "--set",
+        "prefs.round_updates=4",
+        "--set",
+        "prefs.rm_batch=4",
+        "--set",
+        "prefs.tick_steps=512",
+        "--set",
+        "prefs.mode=sync",
+        "--set",
+        "eval_episodes=2",
+        "--json",
+        "--no-progress",
+    )
+    record = as_json(out.stdout)
+    assert record["status"] == "finished", record
+    from backflip.telemetry import read_metrics
+
+    m = read_metrics(f"{record['dir']}/seeds/0/metrics.csv")
+    assert m["prefs/labels"][1][-1] == 16
+    assert m["reward_model/updates"][1][-1] >= 4

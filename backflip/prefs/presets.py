@@ -9,9 +9,10 @@ from __future__ import annotations
 
 PRESETS: dict[str, dict] = {
     "MovingDotLowDim-v0": {
-        "steps": 100_000,
-        # ent_coef: Rahtz's moving-dot runs used 0.02; exploration keeps the queries informative
-        "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98, "ent_coef": 0.02}},
+        "steps": 150_000,
+        "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98}},
+        # half the labels up front: a poor first reward model sends the policy into a corner
+        # it is slow to leave (seen with 150 initial labels)
         "prefs": {
             "labels": 500,
             "initial_frac": 0.5,
