@@ -41,18 +41,19 @@ def random_return(env_id: str, episodes: int = 20) -> float:
 
 
 def launch(args_list: list[str], home: Path) -> dict:
-    """Run the real CLI in-process, return the run record."""
+    """Run the real CLI in-process, return the run record (from its --json output)."""
     import contextlib
     import io
 
     from backflip.cli import main
-    from backflip.runs.archive import load_run, run_dirs
+    from backflip.runs.archive import load_run
 
-    before = set(run_dirs(home))
-    with contextlib.redirect_stdout(io.StringIO()):
-        main([*args_list, "--home", str(home), "--no-progress"])
-    (new,) = set(run_dirs(home)) - before
-    return load_run(new)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main([*args_list, "--home", str(home), "--no-progress", "--json"])
+    text = out.getvalue()
+    record = json.loads(text[text.index("\n{") + 1 :])  # after the "run ... created" line
+    return load_run(Path(record["dir"]))
 
 
 def per_seed(record: dict) -> tuple[list[float], list[float]]:
