@@ -318,6 +318,8 @@ def small_run(cli, *extra, steps=4096, labels=40):
         "prefs.rm_updates_per_kstep=5",
         "--set",
         "eval_episodes=2",
+        "--set",
+        "env.max_episode_steps=100",  # short episodes: returns to correlate within the budget
         "--no-progress",
         "--json",
         *extra,

@@ -564,6 +564,9 @@ def train_seed(cfg, prefs: dict, run) -> None:
         finally:
             pipe.stop_worker()
             TRAINING_VEC_WRAPPERS.remove(wrap)
+        if run.out_dir is not None:  # the pipeline's final state (async: after the worker stops)
+            pipe.publish()
+            run.log(pipe.step)
         run.result["labels"] = pipe.db.counts()["labeled"]
         if not pipe.frozen:
             save_reward_model(pipe, folder)
