@@ -382,3 +382,88 @@ def to_markdown(j: dict) -> str:
             q = f": {r['question']}" if r["question"] else ""
             lines.append(f"- {when} {e['kind']} `{r['id']}` {r['algo']} on {r['env']}{q}{extra}")
     return "\n".join(lines) + "\n"
+
+
+# --- the pre-mortem question before long runs --------------------------------------------------------
+
+ASK_ENV = "BACKFLIP_ASK_AFTER_MIN"
+ASK_AFTER_MIN = 30.0  # ask before runs expected to take longer than this many minutes
+FALLBACK_SPS = 1000.0  # steps/s per seed assumed when no earlier run of the algo/env exists
+QUESTION = "How surprised would you be if this run failed? (1 not at all … 5 very; Enter skips) "
+
+
+def expected_seconds(home: Path, algo: str, env: str, steps: int, n_seeds: int, workers: int):
+    """Expected wall time of a run: median steps/s of earlier seeds of the same algo and env."""
+    import math
+    import statistics
+
+    from backflip.runs import index
+
+    sps = []
+    if (home / "index.sqlite").exists():
+        con = index.connect(home)
+        try:
+            sps = [
+                r[0]
+                for r in con.execute(
+                    "SELECT s.sps FROM seeds s JOIN runs r ON r.id = s.run_id WHERE r.algo = ? "
+                    "AND r.env = ? AND s.status = 'finished' AND s.sps > 0 "
+                    "ORDER BY r.created DESC LIMIT 50",
+                    (algo, env),
+                )
+            ]
+        finally:
+            con.close()
+    rate = statistics.median(sps) if sps else FALLBACK_SPS
+    return steps / rate * math.ceil(n_seeds / max(1, workers))
+
+
+def ask_after_seconds() -> float | None:
+    """The threshold from $BACKFLIP_ASK_AFTER_MIN (minutes; `off` never asks), else 30 min."""
+    value = os.environ.get(ASK_ENV, "").strip().lower()
+    if not value:
+        return ASK_AFTER_MIN * 60
+    if value in ("off", "never", "no", "false"):
+        return None
+    try:
+        return float(value) * 60
+    except ValueError:
+        raise UserError(f"{ASK_ENV} must be a number of minutes or `off`, got {value!r}") from None
+
+
+def interactive() -> bool:
+    """A person at a terminal: stdin and stderr are TTYs and this is not CI."""
+    import sys
+
+    return sys.stdin.isatty() and sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def premortem(expected_s: float, answer: str | None = None, ask: bool = True) -> dict | None:
+    """Rahtz's pre-mortem: the answer to QUESTION, asked when the run is expected to be long.
+
+    `answer` given on the command line (`--surprise`) is stored as is. Otherwise the question is
+    asked on the terminal only when `ask`, a person is there, and `expected_s` exceeds the
+    threshold. Returns the record stored in run.json as `premortem`, or None.
+    """
+    import sys
+
+    record = {"expected_s": round(expected_s, 1), "asked": _now()}
+    if answer is not None and answer.strip():
+        return {**record, "surprise": answer.strip(), "asked": None}
+    threshold = ask_after_seconds()
+    if not ask or threshold is None or expected_s <= threshold or not interactive():
+        return None
+    print(
+        f"This run is expected to take about {expected_s / 60:.0f} min.",
+        file=sys.stderr,
+        flush=True,
+    )
+    print(QUESTION, end="", file=sys.stderr, flush=True)
+    line = sys.stdin.readline()
+    if not line.strip():
+        return None
+    return {**record, "surprise": line.strip()}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -35,6 +35,7 @@ import ipaddress
 import mimetypes
 import re
 import secrets
+import socket
 import sys
 import threading
 from http.cookies import SimpleCookie
@@ -168,6 +169,7 @@ def create_app(home: Path, token: str | None = None, allowed_hosts: set[str] | N
     )
     app.config["BACKFLIP_HOME"] = home
     app.json.sort_keys = False
+    app.url_map.merge_slashes = False  # `//etc/passwd` reaches the path check, not a redirect
 
     @app.context_processor
     def _context():  # for templates of mounted blueprints that extend base.html
@@ -424,14 +426,30 @@ def serve(
             if str(code).startswith("5"):
                 super().log_request(code, size)
 
+    # Bind here, not in werkzeug (which prints and exits on a busy port): one clear error line.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        server = make_server(host, port, app, threaded=True, request_handler=QuietHandler)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
     except OSError as e:
+        sock.close()
         raise UserError(
             f"cannot listen on {host}:{port}: {e.strerror or e} (choose another --port, or 0 for any)"
         ) from None
+    port = sock.getsockname()[1]  # the real one when asked for 0
+    server = make_server(
+        host,
+        port,
+        app,
+        threaded=True,
+        request_handler=QuietHandler,
+        fd=sock.fileno(),
+    )
+    sock.close()  # the server holds its own duplicate of the socket
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{server.server_port}/" + (f"?token={token}" if token else "")
+    url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     print(f"backflip ui: serving {home} at {url}", flush=True)
     if not loopback:
         print(
