@@ -91,7 +91,7 @@ class Guard:
             for k, v in (
                 ("X-Content-Type-Options", "nosniff"),
                 ("X-Frame-Options", "DENY"),
-                ("Referrer-Policy", "no-referrer"),
+                ("Referrer-Policy", "same-origin"),  # "no-referrer" would make Origin "null"
                 ("Content-Security-Policy", CSP),
             ):
                 if k.lower() not in names:

@@ -146,7 +146,7 @@ function renderRunCurves(data) {
   if (!box) return;
   const markers = findingMarkers();
   if (!data.names.length) {
-    box.innerHTML = '<p class="muted">No metrics logged yet.</p>';
+    box.innerHTML = '<p class="muted" id="plots-loading">No metrics logged yet.</p>';
     return;
   }
   $("#plots-loading")?.remove();
