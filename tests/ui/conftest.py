@@ -1,7 +1,7 @@
 """Fixtures of the UI tests: a real archive with two trained runs, and a live server.
 
-Both are session-scoped: the runs are trained once (two PPO runs of 2 seeds × 4,096 CartPole
-steps, one with videos; about 15 s on 2 idle cores) and one `backflip ui` process serves them.
+Both are session-scoped: the runs are trained once (two PPO runs of 2 seeds × 2,048 CartPole
+steps, one with videos; about 10 s on 2 idle cores) and one `backflip ui` process serves them.
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ def ui_archive(tmp_path_factory) -> dict:
     """Two finished runs (A with videos and doctor findings, B with an HTML-looking question)."""
     home = tmp_path_factory.mktemp("ui") / "archive"
     home.mkdir()
-    common = ["--env", "CartPole-v1", "--seeds", "2", "--workers", "2", "--steps", "4096"]
+    common = ["--env", "CartPole-v1", "--seeds", "2", "--workers", "2", "--steps", "2048"]
     a = backflip(
         home,
         "train",
         "ppo",
         *common,
         "--set",
-        "epochs=2",
+        "epochs=1",
         "--set",
-        "video_every=4096",
+        "video_every=2048",
         "-m",
         "question A: does the UI show this run?",
         "--tag",
@@ -38,7 +38,7 @@ def ui_archive(tmp_path_factory) -> dict:
         "ppo",
         *common,
         "--set",
-        "epochs=2",
+        "epochs=1",
         "--set",
         "lr=3e-4",
         "-m",

@@ -16,12 +16,21 @@ from tests.conftest import ROOT, cli_env
 ARTIFACTS = ROOT / "artifacts"
 
 
-def backflip(home: Path, *args, timeout: float = 600, check: bool = True, **kwargs):
+def backflip(
+    home: Path, *args, timeout: float = 600, check: bool = True, env: dict | None = None, **kwargs
+):
+    """The real CLI against `home`; `env` adds (or, with None values, removes) variables."""
+    full_env = cli_env(home)
+    for k, v in (env or {}).items():
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = v
     proc = subprocess.run(
         [sys.executable, "-m", "backflip", *map(str, args)],
         capture_output=True,
         text=True,
-        env=cli_env(home),
+        env=full_env,
         timeout=timeout,
         cwd=ROOT,
         **kwargs,

@@ -75,7 +75,7 @@ def test_run_page_has_command_config_provenance_findings_videos_checkpoints(ui_s
     page = body.decode()
     assert resp.status == 200
     assert f"backflip rerun {ui_archive['a']}" in page
-    assert "backflip train ppo --env CartPole-v1 --seeds 2 --steps 4096" in page
+    assert "backflip train ppo --env CartPole-v1 --seeds 2 --steps 2048" in page
     assert "packages.txt" in page and "source sha256" in page
     assert "approx_kl spiked 3 sigma" in page
     step = ui_archive["findings"]["findings"][0]["step"]
@@ -113,7 +113,7 @@ def test_progress_api(ui_server, ui_archive):
     data = json.loads(get(ui_server, f"/api/progress?ids={ui_archive['a']},{ui_archive['b']}")[1])
     assert [r["id"] for r in data["runs"]] == [ui_archive["a"], ui_archive["b"]]
     a = data["runs"][0]
-    assert a["status"] == "finished" and a["steps_done"] == a["steps_total"] == 2 * 4096
+    assert a["status"] == "finished" and a["steps_done"] == a["steps_total"] == 2 * 2048
     assert a["iqm"] is not None and "IQM" in a["result"]
 
 

@@ -105,7 +105,7 @@ function runChart(el, name, c, markers) {
   });
   const bands = [];
   if (seeds.length > 1) {
-    series.push({label: "IQM", stroke: "#111", width: 2.2, spanGaps: true, points: {show: false}});
+    series.push({label: "IQM", stroke: "#111", width: 2.2, spanGaps: true, points: {show: c.x.length < 40}});
     data.push(c.iqm);
     if (c.high.some(v => v !== null)) {
       series.push({label: "CI high", stroke: "rgba(0,0,0,0.25)", width: 0.5, spanGaps: true, points: {show: false}});
