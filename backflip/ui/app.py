@@ -44,7 +44,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from backflip.errors import UserError
 from backflip.ui import data
-from backflip.ui.render import STATIC, TEMPLATES, ServerLinks, render
+from backflip.ui.render import STATIC, TEMPLATES, ServerLinks, index_rows, render
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
@@ -209,6 +209,7 @@ def create_app(home: Path, token: str | None = None, allowed_hosts: set[str] | N
             "index.html",
             nav="runs",
             rows=rows[:limit],
+            rows_html=index_rows(rows[:limit], links),
             total=total,
             truncated=total > limit,
             filters=filters,

@@ -48,7 +48,8 @@ function makeSortable(table) {
       th.classList.add(desc ? "sorted-desc" : "sorted-asc");
       const rows = $$("tbody tr", table);
       const key = tr => {
-        const v = tr.children[col]?.dataset.v ?? "";
+        const td = tr.children[col];
+        const v = td ? (td.dataset.v ?? td.textContent.trim()) : "";
         const n = parseFloat(v);
         return v !== "" && !Number.isNaN(n) && /^-?[\d.e+-]+$/i.test(v) ? n : v.toLowerCase();
       };
