@@ -462,6 +462,13 @@ def premortem(expected_s: float, answer: str | None = None, ask: bool = True) ->
     line = sys.stdin.readline()
     if not line.strip():
         return None
+    if line.strip()[0] in "12":  # Rahtz's script: not surprised -> imagine the failure first
+        print(
+            "Not very surprised: imagine it has failed — what went wrong? If something comes to "
+            "mind, Ctrl-C now and fix it first.",
+            file=sys.stderr,
+            flush=True,
+        )
     return {**record, "surprise": line.strip()}
 
 

@@ -86,3 +86,16 @@ def test_loopback_detection():
         assert is_loopback(host), host
     for host in ("0.0.0.0", "::", "192.168.1.5", "example.org", ""):
         assert not is_loopback(host), host
+
+
+def test_live_progress_reads_the_last_complete_row_of_a_growing_file(tmp_path):
+    from backflip.ui.data import last_metrics_row
+
+    path = tmp_path / "metrics.csv"
+    rows = ["step,wall,name,value"]
+    for step in (256, 512):
+        rows += [f"{step},1.0,time/sps,{step * 2}.0", f"{step},1.0,time/wall_s,{step / 100}"]
+    path.write_text("\n".join(rows) + "\n768,1.0,time/sps,99.0\n768,1.0,time/wa")  # mid-write
+    step, row = last_metrics_row(path)
+    assert step == 512 and row == {"time/sps": 1024.0, "time/wall_s": 5.12}
+    assert last_metrics_row(tmp_path / "missing.csv") == (0, {})

@@ -148,8 +148,17 @@ def _plain(start_response, status: str, text: str):
 # --- the application ----------------------------------------------------------------------------------
 
 
-def create_app(home: Path, token: str | None = None, allowed_hosts: set[str] | None = None):
-    """The Flask app for the archive at `home`, wrapped in the `Guard`."""
+def create_app(
+    home: Path,
+    token: str | None = None,
+    allowed_hosts: set[str] | None = None,
+    extensions: dict[str, str] | None = None,
+):
+    """The Flask app for the archive at `home`, wrapped in the `Guard`.
+
+    `extensions` maps URL prefixes to modules defining `ui_blueprint(home)` (default
+    `EXTENSIONS`: the preference labeling page at /label).
+    """
     try:
         from flask import Flask, Response, abort, jsonify, redirect, request, send_file
     except ImportError:
@@ -341,7 +350,7 @@ def create_app(home: Path, token: str | None = None, allowed_hosts: set[str] | N
     def api_findings(run_id):
         return jsonify(data.findings(run_dir(run_id)))
 
-    _mount_extensions(app, home, page)
+    _mount_extensions(app, home, page, EXTENSIONS if extensions is None else extensions)
     app.wsgi_app = Guard(app.wsgi_app, token, allowed_hosts)
     return app
 
@@ -366,9 +375,9 @@ def safe_artifact(home: Path, run_dir: Path, rel: str) -> Path | None:
     return path
 
 
-def _mount_extensions(app, home: Path, page) -> None:
+def _mount_extensions(app, home: Path, page, extensions: dict[str, str]) -> None:
     """Register `ui_blueprint(home)` of each extension module, or a placeholder page."""
-    for prefix, module in EXTENSIONS.items():
+    for prefix, module in extensions.items():
         error = None
         try:
             mod = importlib.import_module(module)
@@ -411,8 +420,13 @@ def serve(
     token: str | None = None,
     app=None,
     on_ready=None,
+    path: str = "/",
 ) -> None:
-    """Serve the archive until Ctrl-C. A non-loopback `host` always gets a token."""
+    """Serve the archive until Ctrl-C. A non-loopback `host` always gets a token.
+
+    `path` is the page the printed URL opens (`backflip label RUN` can serve the whole UI and
+    print the URL of its page under /label/).
+    """
     from werkzeug.serving import WSGIRequestHandler, make_server
 
     loopback = is_loopback(host)
@@ -450,7 +464,9 @@ def serve(
     )
     sock.close()  # the server holds its own duplicate of the socket
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    url = f"http://{shown}:{port}{path}"
+    if token:
+        url += ("&" if "?" in path else "?") + f"token={token}"
     print(f"backflip ui: serving {home} at {url}", flush=True)
     if not loopback:
         print(

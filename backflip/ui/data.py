@@ -61,7 +61,10 @@ def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
         rows.setdefault(step, {})[parts[2]] = value
     if not rows:
         return 0, {}
-    step = max(rows)
+    # a row is complete once its last metric (time/wall_s) is written; the file is buffered, so
+    # the newest row may be cut short
+    complete = [s for s, row in rows.items() if "time/wall_s" in row]
+    step = max(complete) if complete else max(rows)
     return step, rows[step]
 
 
