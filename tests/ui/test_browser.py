@@ -30,10 +30,15 @@ ARGS = [
     "--disable-sync",
 ]
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason="browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
-)
+pytestmark = [
+    # ~40 s on 2 idle cores: two short training runs (shared with the other UI tests), one
+    # Chromium, and a live run watched until its step count has moved twice
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+    ),
+]
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="browser tests need Playwright: pip install -e '.[test]'"
 )
