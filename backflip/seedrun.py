@@ -157,7 +157,8 @@ class SeedRun:
         """Greedy evaluation on separately seeded env copies; logs eval/* into this row.
 
         With `video_every` set, it also records one greedy episode as MP4 when a video is due
-        and at the end (`final`); the time it takes counts in `time/eval_s`.
+        and at the last evaluation (`final`, or `target_return` reached); the time it takes
+        counts in `time/eval_s`.
         """
         t0 = time.perf_counter()
         if self._eval_envs is None:
@@ -168,8 +169,14 @@ class SeedRun:
             )
         self.tel.log_stats("eval/return", rets)
         self.tel.log(**{"eval/len_mean": float(lens.mean())})
+        target = self.opts.target_return
+        solved_now = target is not None and rets.mean() >= target and not self.solved
+        if solved_now:
+            self.solved = self.stopping = True
+            self.result.update(solved_step=step, solved_s=time.perf_counter() - self.t_start)
+        # the last evaluation (end of budget, or target reached) is always filmed
         if self.out_dir is not None and (
-            step >= self._next_video or (final and self.opts.video_every)
+            step >= self._next_video or ((final or solved_now) and self.opts.video_every)
         ):
             while self._next_video <= step:
                 self._next_video += self.opts.video_every
@@ -180,10 +187,6 @@ class SeedRun:
         self.result.update(
             eval_return=float(rets.mean()), eval_returns=rets.tolist(), eval_step=step
         )
-        target = self.opts.target_return
-        if target is not None and rets.mean() >= target and not self.solved:
-            self.solved = self.stopping = True
-            self.result.update(solved_step=step, solved_s=time.perf_counter() - self.t_start)
         return float(rets.mean())
 
     def record_video(self, step: int, act: Callable[[np.ndarray], np.ndarray]) -> Path | None:

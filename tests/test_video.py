@@ -76,3 +76,12 @@ def test_watch_renders_a_checkpoint_to_mp4_and_prints_its_path(cli, home):
     ):
         proc = cli("watch", "last", *args, check=False)
         assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_evaluation_that_reaches_target_return_is_filmed(cli, home):
+    # any policy returns >= 5 on CartPole: the first evaluation (step 512) reaches the target
+    args = ["--set", "eval_every=512", "--set", "target_return=5", "--set", "video_every=1000000"]
+    out = cli("train", "ppo", *TINY, *args, "--no-progress").stdout
+    run_id = out.splitlines()[0].split()[1][:-1]
+    videos = sorted((home / run_id / "seeds" / "3" / "videos").glob("*.mp4"))
+    assert [v.name for v in videos] == ["step_000000512.mp4"]
