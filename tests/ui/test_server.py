@@ -246,3 +246,17 @@ def test_ui_rejects_a_missing_archive_and_a_busy_port(cli, tmp_path, ui_server):
     port = urlsplit(ui_server.base).port
     proc = cli("ui", "--port", port, check=False, timeout=60)
     assert proc.returncode == 2 and "cannot listen" in proc.stderr
+
+
+def test_a_corrupt_run_is_reported_not_a_crash(home):
+    from backflip.ui.app import LOOPBACK_NAMES, create_app
+
+    (home / "20260101-000000-dead").mkdir()
+    (home / "20260101-000000-dead" / "run.json").write_text('{"id": "20260101-0000')  # torn
+    client = create_app(home, allowed_hosts=LOOPBACK_NAMES).test_client()
+    h = {"Host": "127.0.0.1"}
+    for path in ("/runs/20260101-000000-dead", "/api/runs/20260101-000000-dead/curves"):
+        resp = client.get(path, headers=h)
+        assert resp.status_code == 404 and "corrupt archive file" in resp.get_data(as_text=True)
+    assert client.get("/", headers=h).status_code == 200
+    assert client.get("/journal", headers=h).status_code == 200
