@@ -464,6 +464,8 @@ def compare(run_dirs: list[Path], metric: str | None = None) -> dict:
             names.update(seed_metrics(d, s))
         common = names if common is None else common & names
     common = sorted(common or set(), key=_group_key)
+    if metric not in common:  # not logged by every run: fall back to the default
+        metric = None
     if metric is None:
         metric = next((m for m in PREFERRED_CURVES if m in common), common[0] if common else None)
     runs = []

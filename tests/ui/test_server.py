@@ -121,6 +121,8 @@ def test_compare_page_and_journal_page(ui_server, ui_archive):
     resp, body = get(ui_server, f"/compare?ids={ui_archive['a']},{ui_archive['b']}")
     page = body.decode()
     assert resp.status == 200 and "P(" in page and "Welch p=" in page
+    page = get(ui_server, f"/compare?ids={ui_archive['a']},{ui_archive['b']}&metric=nope")[1]
+    assert "not every run logged" in page.decode() and "<h2>eval/return_mean</h2>" in page.decode()
     resp, body = get(ui_server, "/journal")
     page = body.decode()
     assert resp.status == 200
