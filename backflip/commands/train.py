@@ -43,6 +43,13 @@ def register(sub) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
     p.add_argument("-m", "--message", default="", help="the question this run is meant to answer")
     p.add_argument("--tag", action="append", default=[], help="label the run (repeatable)")
+    p.add_argument(
+        "--surprise",
+        metavar="ANSWER",
+        help="how surprised you would be if this run failed (stored with the run; asked "
+        "interactively before long runs unless given, see $BACKFLIP_ASK_AFTER_MIN)",
+    )
+    p.add_argument("--no-ask", action="store_true", help="never ask the pre-mortem question")
     p.add_argument("--list-keys", action="store_true", help="print every setting with its default")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
     p.add_argument("--json", action="store_true", help="print the final record as JSON")
@@ -103,6 +110,8 @@ def run(args) -> int:
         not args.no_progress,
         tags=args.tag,
         as_json=args.json,
+        surprise=args.surprise,
+        ask=not args.no_ask,
     )
 
 
@@ -117,20 +126,31 @@ def execute(
     tags=None,
     as_json=False,
     extra=None,
+    surprise=None,
+    ask=True,
 ) -> int:
     """Validate, launch, summarize: shared by `train`, `rerun` and `prefs train`.
 
     `extra`: more config sections to store with the run (`prefs`)."""
     from backflip.algos import get_algo
     from backflip.envs import check_supported
+    from backflip.journal import expected_seconds, premortem
     from backflip.launch import launch_run
+    from backflip.runs.archive import read_json, write_json
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
     check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+    workers = workers or os.cpu_count() or 1
+    expected = expected_seconds(home, cfg.algo, cfg.env_id, cfg.steps, len(cfg.seeds), workers)
+    answer = premortem(expected, surprise, ask=ask and not as_json)
 
     def created(run_dir):
         what = f"{cfg.algo} on learned reward" if extra and "prefs" in extra else cfg.algo
+        if answer is not None:  # before any seed starts, so finalize_run keeps it
+            record = read_json(run_dir / "run.json")
+            record["premortem"] = answer
+            write_json(run_dir / "run.json", record)
         print(
             f"run {run_dir.name}: {what} on {cfg.env_id}, {len(cfg.seeds)} seed(s) × "
             f"{cfg.steps:,} steps → {run_dir}",
