@@ -68,3 +68,22 @@ def test_standalone_app_refuses_bad_answers(home):
     assert client.post("/api/answer", json={"query": q, "choice": "left"}).status_code == 200
     assert client.post("/api/answer", json={"query": q, "choice": "left"}).status_code == 409
     assert client.post("/api/undo", json={}).get_json()["undone"] == q
+
+
+def test_the_real_ui_mounts_the_labeling_pages_at_label(home):
+    pytest.importorskip("backflip.ui.app")
+    from backflip.ui.app import LOOPBACK_NAMES, create_app
+
+    run_id, _, q = fake_run(home)
+    client = create_app(home, allowed_hosts=LOOPBACK_NAMES).test_client()
+    host = {"Host": "127.0.0.1"}
+    listing = client.get("/label/", headers=host).get_data(as_text=True)
+    assert f'href="{run_id}/0/"' in listing and 'href="/journal"' in listing  # inside the layout
+    page = client.get(f"/label/{run_id}/0/", headers=host)
+    assert page.status_code == 200 and b'<script src="app.js">' in page.data
+    assert client.get(f"/label/{run_id}/0/app.js", headers=host).status_code == 200
+    origin = {**host, "Origin": "http://127.0.0.1"}
+    ok = client.post(
+        f"/label/{run_id}/0/api/answer", json={"query": q, "choice": "left"}, headers=origin
+    )
+    assert ok.status_code == 200 and ok.get_json()["labeled"] == 1
