@@ -150,7 +150,9 @@ class SeedRun:
         """Greedy evaluation on separately seeded env copies; logs eval/* into this row."""
         t0 = time.perf_counter()
         if self._eval_envs is None:
-            self._eval_envs = make_vec(self.env_id, self.opts.eval_episodes, self.env_opts)
+            self._eval_envs = make_vec(
+                self.env_id, self.opts.eval_episodes, self.env_opts, evaluation=True
+            )
         with torch.inference_mode():
             rets, lens = evaluate(
                 act, self._eval_envs, self.opts.eval_episodes, self.env_seed + EVAL_SEED_OFFSET

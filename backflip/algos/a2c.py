@@ -36,7 +36,6 @@ from backflip.algos.common import (
     log_obs_stats,
     log_policy_health,
     log_rollout_health,
-    obs_dtype,
 )
 from backflip.envs import make_vec
 from backflip.nets import ActorCritic

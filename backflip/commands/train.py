@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from backflip.commands import add_home, print_json
 
@@ -119,12 +120,19 @@ def execute(
 ) -> int:
     """Validate, launch, summarize: shared by `train` and `rerun`."""
     from backflip.algos import get_algo
-    from backflip.envs import check_supported
+    from backflip.envs import AtariProtocolWarning, check_supported
     from backflip.launch import launch_run
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
-    check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AtariProtocolWarning)
+        check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+    for w in caught:
+        if issubclass(w.category, AtariProtocolWarning):
+            print(f"warning: {w.message}", file=sys.stderr, flush=True)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
     def created(run_dir):
         print(
