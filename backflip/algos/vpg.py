@@ -56,7 +56,7 @@ class Config:
     """discount factor"""
     gae_lambda: float = 0.97
     """GAE lambda (1: Monte Carlo returns minus the baseline, i.e. REINFORCE with baseline)"""
-    pi_lr: float = 1e-2
+    pi_lr: float = 3e-3
     """Adam learning rate of the policy"""
     vf_lr: float = 1e-3
     """Adam learning rate of the value function"""
