@@ -107,8 +107,12 @@ class ActorCritic(nn.Module):
         h = self.trunk(obs)
         return self.pi(h), self.v(h).squeeze(-1)
 
-    def sample(self, out: torch.Tensor) -> torch.Tensor:
-        return categorical_sample(out) if self.discrete else gaussian_sample(out, self.log_std)
+    def sample(self, out: torch.Tensor):
+        """A sampled action and its log-probability."""
+        if self.discrete:
+            return categorical_sample(out)
+        action = gaussian_sample(out, self.log_std)
+        return action, gaussian_logp_entropy(out, self.log_std, action)[0]
 
     def logp_entropy(self, out: torch.Tensor, actions: torch.Tensor):
         if self.discrete:
@@ -126,8 +130,11 @@ def n_params(*modules: nn.Module) -> int:
 # --- categorical ------------------------------------------------------------------------------
 
 
-def categorical_sample(logits: torch.Tensor) -> torch.Tensor:
-    return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
+def categorical_sample(logits: torch.Tensor):
+    """A sampled action per row and its log-probability."""
+    logp_all = torch.log_softmax(logits, -1)
+    action = torch.multinomial(logp_all.exp(), 1)
+    return action.squeeze(-1), logp_all.gather(-1, action).squeeze(-1)
 
 
 def categorical_logp_entropy(logits: torch.Tensor, actions: torch.Tensor):

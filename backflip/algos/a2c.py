@@ -201,7 +201,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                     raw_obs[t] = obs
                 obs_buf[t] = obs_norm(obs) if obs_norm else obs
                 out, value = ac(torch.from_numpy(obs_buf[t]).to(device))
-                act_buf[t], val_buf[t] = ac.sample(out).cpu().numpy(), value.cpu().numpy()
+                act_buf[t], val_buf[t] = ac.sample(out)[0].cpu().numpy(), value.cpu().numpy()
                 obs, reward, term, trunc, _ = envs.step(to_env_action(act_buf[t]))
                 done = term | trunc
                 raw_rew[t] = reward

@@ -197,7 +197,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                     raw_obs[t] = obs
                 obs_buf[t] = torch.as_tensor(obs_norm(obs) if obs_norm else obs)
                 out, val_buf[t] = ac(obs_buf[t].to(device))
-                act_buf[t] = ac.sample(out)
+                act_buf[t] = ac.sample(out)[0]
                 obs, reward, term, trunc, _ = envs.step(to_env_action(act_buf[t].numpy()))
                 done = term | trunc
                 raw_rew[t] = reward
