@@ -29,6 +29,7 @@ from torch import nn
 
 from backflip.algos.common import (
     Agent,
+    EpisodeTracker,
     actor_critic_agent,
     check_obs,
     gae,
@@ -182,7 +183,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     term_buf, done_buf, valid_buf = (np.zeros((T, N), bool) for _ in range(3))
     window: dict[str, list] = {}  # rollout data since the last metrics row (diagnostics)
 
-    ep_ret, ep_len = np.zeros(N), np.zeros(N, np.int64)
+    episodes = EpisodeTracker(N)
     obs, _ = envs.reset(seed=run.env_seed + step)
     prev_done = np.zeros(N, bool)
     iterations = max(1, run.steps // (N * T))
@@ -208,11 +209,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                 rew_buf[t] = rew_scaler(reward, done, valid) if rew_scaler else reward
                 term_buf[t], done_buf[t], valid_buf[t] = term, done, valid
                 # episode bookkeeping on raw rewards (the reset step belongs to no episode)
-                ep_ret += np.where(valid, reward, 0.0)
-                ep_len += valid
-                for i in np.flatnonzero(done):
-                    tel.episode(step + (t + 1) * N, ep_ret[i], ep_len[i])
-                    ep_ret[i], ep_len[i] = 0.0, 0
+                episodes.update(step + (t + 1) * N, raw_rew[t], done, valid, tel)
                 prev_done = done
             step += N * T
             o = torch.as_tensor(obs_norm(obs, update=False) if obs_norm else obs, device=device)
@@ -229,7 +226,8 @@ def train(cfg: Config, run: SeedRun) -> None:
             )
 
         # -- one gradient step on the valid transitions --------------------------------------
-        keep = torch.from_numpy(valid_buf.reshape(-1)).nonzero().squeeze(-1)
+        v = valid_buf.reshape(-1)
+        keep = slice(None) if v.all() else torch.from_numpy(v).nonzero().squeeze(-1)
         b_obs = torch.from_numpy(obs_buf.reshape(T * N, *obs_space.shape))[keep].to(device)
         b_act = torch.from_numpy(act_buf.reshape(T * N, *act_space.shape))[keep].to(device)
         b_adv, b_ret = (x.reshape(-1)[keep].to(device) for x in (adv, ret))
@@ -264,7 +262,6 @@ def train(cfg: Config, run: SeedRun) -> None:
 
         # -- diagnostics, once per metrics row ----------------------------------------------
         if diag:
-            v = valid_buf.reshape(-1)
             for name, x in (
                 ("value", val_buf[:-1].reshape(-1)[v]),
                 ("ret", b_ret.cpu().numpy()),

@@ -24,6 +24,7 @@ from torch import nn
 
 from backflip.algos.common import (
     Agent,
+    EpisodeTracker,
     actor_critic_agent,
     check_obs,
     gae,
@@ -177,7 +178,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     raw_obs = np.zeros((T, N, *obs_space.shape), np.float32) if diag and not images else None
     raw_rew = np.zeros((T, N))
 
-    ep_ret, ep_len = np.zeros(N), np.zeros(N, np.int64)
+    episodes = EpisodeTracker(N)
     obs, _ = envs.reset(seed=run.env_seed + step)
     prev_done = np.zeros(N, bool)
     iterations = max(1, run.steps // (N * T))
@@ -207,11 +208,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                 term_buf[t], done_buf[t] = torch.as_tensor(term), torch.as_tensor(done)
                 valid_buf[t] = torch.as_tensor(valid)
                 # episode bookkeeping on raw rewards (the reset step belongs to no episode)
-                ep_ret += np.where(valid, reward, 0.0)
-                ep_len += valid
-                for i in np.flatnonzero(done):
-                    tel.episode(step + (t + 1) * N, ep_ret[i], ep_len[i])
-                    ep_ret[i], ep_len[i] = 0.0, 0
+                episodes.update(step + (t + 1) * N, raw_rew[t], done, valid, tel)
                 prev_done = done
             step += N * T
             o = torch.as_tensor(obs_norm(obs, update=False) if obs_norm else obs, device=device)
