@@ -28,7 +28,7 @@ def test_trains_on_pong_frames_and_the_checkpoint_acts_on_them(cli, home, algo):
         "--no-progress",
         "--json",
     )
-    record = json.loads(proc.stdout)
+    record = json.loads(proc.stdout[proc.stdout.index("\n{") :])  # after the "run ID: ..." line
     assert record["status"] == "finished", record
     seed = record["seeds"][0]
     assert -21 <= seed["final_eval_return"] <= 21  # a whole game's raw score
