@@ -46,7 +46,7 @@ class RunOptions:
     device: str = "cpu"
     """torch device: cpu or cuda"""
     video_every: int = 0
-    """record a greedy evaluation episode as MP4 every this many env steps (0: never)"""
+    """record a greedy episode as MP4 every this many env steps, and at the end (0: never)"""
     telemetry: bool = True
     """compute and write diagnostics (off only to measure what logging costs)"""
     log_every: float = 0.0
@@ -56,6 +56,7 @@ class RunOptions:
         _require(self.eval_episodes >= 1, "eval_episodes must be >= 1")
         _require(self.eval_every >= 0, "eval_every must be >= 0")
         _require(self.checkpoint_every >= 0, "checkpoint_every must be >= 0")
+        _require(self.video_every >= 0, "video_every must be >= 0")
         _require(
             self.device in ("cpu", "cuda") or self.device.startswith("cuda:"),
             f"device must be cpu or cuda[:N], got {self.device!r}",

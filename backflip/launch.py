@@ -134,6 +134,9 @@ def run_seed(job: SeedJob, conn=None) -> dict:
                 status["final_eval_return"] = run.result["eval_return"]
                 status["final_eval_returns"] = run.result["eval_returns"]
         status["wall_s"] = time.perf_counter() - t0
+        # this process's CPU time (a forked seed starts from zero), for compute accounting
+        t = os.times()
+        status["cpu_s"] = t.user + t.system
         status["ended"] = now_iso()
         if status.get("traceback"):
             (folder / "traceback.txt").write_text(status["traceback"])
