@@ -81,10 +81,19 @@ class EnvOptions:
     """override the env's time limit (0: the env's own)"""
     frame_diff: bool = False
     """observe the difference between consecutive frames instead of the frame (Karpathy's trick)"""
+    atari: bool = True
+    """standard Atari preprocessing for ALE ids (noop/fire reset, skip 4 + max-pool, 84x84 gray)"""
+    frame_stack: int = 4
+    """Atari: frames stacked into one observation"""
+    episodic_life: bool = True
+    """Atari: a lost life ends the training episode (evaluation always plays whole games)"""
+    clip_reward: bool = True
+    """Atari: train on the sign of the reward (evaluation reports raw scores)"""
 
     def __post_init__(self):
         _require(self.max_episode_steps >= 0, "env.max_episode_steps must be >= 0")
         _require(self.slowdown >= 0, "env.slowdown must be >= 0")
+        _require(self.frame_stack >= 1, "env.frame_stack must be >= 1")
 
 
 @dataclass

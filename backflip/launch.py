@@ -163,7 +163,10 @@ def _child(job: SeedJob, conn) -> None:
 
 def _context():
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "gymnasium", "backflip.seedrun", "backflip.algos.ppo"])
+    # torch._dynamo: imported by the first optimizer a seed builds (~2-5 s here); once, not per seed
+    ctx.set_forkserver_preload(
+        ["torch", "torch._dynamo", "gymnasium", "backflip.seedrun", "backflip.algos.ppo"]
+    )
     return ctx
 
 

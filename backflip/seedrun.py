@@ -163,7 +163,7 @@ class SeedRun:
         t0 = time.perf_counter()
         if self._eval_envs is None:
             self._eval_envs = make_vec(
-                self.env_id, self.opts.eval_episodes, self.env_opts, training=False
+                self.env_id, self.opts.eval_episodes, self.env_opts, evaluation=True
             )
         with torch.inference_mode():
             rets, lens = evaluate(

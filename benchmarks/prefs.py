@@ -34,7 +34,7 @@ def random_return(env_id: str, episodes: int = 20) -> float:
     from backflip.envs import make_vec
     from backflip.seedrun import evaluate
 
-    envs = make_vec(env_id, episodes, training=False)
+    envs = make_vec(env_id, episodes, evaluation=True)
     envs.action_space.seed(0)
     rets, _ = evaluate(lambda o: envs.action_space.sample(), envs, episodes, seed=500)
     return float(rets.mean())

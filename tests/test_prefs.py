@@ -274,7 +274,7 @@ def test_learned_reward_wraps_training_envs_only():
     TRAINING_VEC_WRAPPERS.append(wrap)
     try:
         train = make_vec("CartPole-v1", 2)
-        evaluation = make_vec("CartPole-v1", 2, training=False)
+        evaluation = make_vec("CartPole-v1", 2, evaluation=True)
     finally:
         TRAINING_VEC_WRAPPERS.remove(wrap)
     train.reset(seed=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from backflip.commands import add_home, print_json
 
@@ -133,14 +134,21 @@ def execute(
 
     `extra`: more config sections to store with the run (`prefs`)."""
     from backflip.algos import get_algo
-    from backflip.envs import check_supported
+    from backflip.envs import AtariProtocolWarning, check_supported
     from backflip.journal import expected_seconds, premortem
     from backflip.launch import launch_run
     from backflip.runs.archive import read_json, write_json
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
-    check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AtariProtocolWarning)
+        check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+    for w in caught:
+        if issubclass(w.category, AtariProtocolWarning):
+            print(f"warning: {w.message}", file=sys.stderr, flush=True)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     workers = workers or os.cpu_count() or 1
     expected = expected_seconds(home, cfg.algo, cfg.env_id, cfg.steps, len(cfg.seeds), workers)
     answer = premortem(expected, surprise, ask=ask and not as_json)

@@ -419,7 +419,7 @@ def gather_random(pipe: Pipeline, env_id, env_opts, n_segments: int, seed: int) 
     """Fill the store with `n_segments` segments of a uniformly random policy; steps taken."""
     from backflip.envs import make_vec
 
-    envs = make_vec(env_id, pipe.cfg.random_envs, env_opts, training=False)
+    envs = make_vec(env_id, pipe.cfg.random_envs, env_opts)
     rec = SegmentRecorder(envs.num_envs, pipe.cfg.segment_length)
     envs.action_space.seed(seed)
     obs, _ = envs.reset(seed=seed)
