@@ -107,14 +107,15 @@ def test_keyboard_labels_land_in_the_database_and_train_the_reward_model(home, c
                 wait_for(lambda: db.counts()["labeled"] == 0, 20, "the undo")
                 page.wait_for_function(f"document.body.dataset.query === '{first}'")
                 for key, count in (("ArrowRight", 1), ("ArrowUp", 2), ("ArrowDown", 2)):
+                    # a key pressed while no query is shown does nothing: wait for one
+                    page.wait_for_function("!busy && document.body.dataset.query !== ''")
                     before = page.evaluate("document.body.dataset.query")
-                    page.wait_for_function("!busy")
                     page.keyboard.press(key)
                     page.wait_for_function(f"document.body.dataset.query !== '{before}'")
                     wait_for(lambda c=count: db.counts()["labeled"] == c, 20, key)
                 assert "labeled 2 of 4" in page.inner_text("#status")
                 assert db.counts()["skipped"] == 1
-                page.wait_for_function("!busy")
+                page.wait_for_function("!busy && document.body.dataset.query !== ''")
                 page.keyboard.press("ArrowLeft")  # the 4th answer completes the gather stage
                 wait_for(lambda: db.counts()["labeled"] == 3, 20, "the last label")
                 browser.close()
