@@ -21,6 +21,10 @@ from backflip.errors import UserError, did_you_mean
 
 ALGOS: dict[str, str] = {
     "ppo": "Proximal Policy Optimization (clipped surrogate, GAE)",
+    "dqn": "Deep Q-Network (replay, target network, Double-DQN target, Huber loss)",
+    "ddpg": "Deep Deterministic Policy Gradient (deterministic actor, Q critic, replay)",
+    "td3": "Twin Delayed DDPG (clipped double-Q, delayed actor, target smoothing)",
+    "sac": "Soft Actor-Critic (squashed Gaussian, twin critics, automatic entropy temperature)",
 }
 
 

@@ -48,3 +48,25 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var[target - pred] / Var[target]: 1 is perfect, 0 a constant, < 0 worse than one."""
     var = target.var()
     return float("nan") if var == 0 else float(1 - (target - pred).var() / var)
+
+
+class EpisodeStats:
+    """The running episode of a one-env off-policy loop: return, discounted return, length, and
+    its first (observation, action) — so the critic's Q(s0, a0) can be compared with the
+    discounted return that was actually observed from there."""
+
+    def __init__(self, gamma: float):
+        self.gamma = gamma
+        self.reset()
+
+    def reset(self) -> None:
+        self.ret, self.disc_ret, self.length, self.discount = 0.0, 0.0, 0, 1.0
+        self.first_obs = self.first_action = None
+
+    def add(self, obs: np.ndarray, action: np.ndarray, reward: float) -> None:
+        if self.length == 0:
+            self.first_obs, self.first_action = obs.copy(), np.array(action, copy=True)
+        self.ret += reward
+        self.disc_ret += self.discount * reward
+        self.discount *= self.gamma
+        self.length += 1

@@ -119,12 +119,14 @@ def execute(
 ) -> int:
     """Validate, launch, summarize: shared by `train` and `rerun`."""
     from backflip.algos import get_algo
+    from backflip.config import check_device
     from backflip.envs import check_supported
     from backflip.launch import launch_run
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
     check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+    check_device(cfg.run.device)
 
     def created(run_dir):
         print(
