@@ -70,3 +70,23 @@ class EpisodeStats:
         self.disc_ret += self.discount * reward
         self.discount *= self.gamma
         self.length += 1
+
+
+class EpisodeTracker:
+    """Running return and length per env copy; finished episodes go to `tel.episode`.
+
+    Works on raw (unscaled) rewards under NEXT_STEP autoreset: the reset step after an episode
+    end has reward 0 and `valid` False, so it belongs to no episode.
+    """
+
+    def __init__(self, num_envs: int):
+        self.ret = np.zeros(num_envs)
+        self.len = np.zeros(num_envs, np.int64)
+
+    def update(self, step: int, reward: np.ndarray, done: np.ndarray, valid: np.ndarray, tel):
+        self.ret += reward
+        self.len += valid
+        if done.any():
+            for i in np.flatnonzero(done):
+                tel.episode(step, self.ret[i], self.len[i])
+            self.ret[done], self.len[done] = 0.0, 0
