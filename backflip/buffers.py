@@ -85,6 +85,12 @@ class ReplayBuffer:
             t(self.obs), t(self.actions), t(self.rewards), t(self.next_obs), t(self.terminated)
         )
 
+    def recent(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(observations, rewards) of the last `n` transitions stored, oldest first."""
+        n = min(n, self.size)
+        idx = (self.pos - n + np.arange(n)) % self.capacity
+        return self.obs[idx], self.rewards[idx]
+
     # -- checkpoints ---------------------------------------------------------------------------
 
     def state_dict(self) -> dict:

@@ -90,3 +90,20 @@ class EpisodeTracker:
             for i in np.flatnonzero(done):
                 tel.episode(step, self.ret[i], self.len[i])
             self.ret[done], self.len[done] = 0.0, 0
+
+
+def log_recent_env_stats(tel, rb, n: int) -> None:
+    """The `env/` diagnostics (raw observation scale, reward statistics) over the last `n`
+    transitions in a replay buffer: what one-step-at-a-time algorithms saw since the last row."""
+    obs, rewards = rb.recent(n)
+    if len(rewards) == 0:
+        return
+    tel.log_stats("env/reward", rewards)
+    if obs.ndim == 2:  # vector observations (image scales say little and cost much)
+        obs = obs.astype(np.float64)
+        tel.log(
+            **{
+                "env/obs_absmean_max": float(np.abs(obs.mean(0)).max()),
+                "env/obs_std_max": float(obs.std(0).max()),
+            }
+        )

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from backflip.algos.common import Agent, EpisodeStats
+from backflip.algos.common import Agent, EpisodeStats, log_recent_env_stats
 from backflip.buffers import ReplayBuffer
 from backflip.config import TrainConfig
 from backflip.envs import make_vec
@@ -237,6 +237,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     obs, _ = envs.reset(seed=run.env_seed + step)
     ep = EpisodeStats(cfg.gamma)
     measure_ratio = diag
+    last_row = step
     while step < run.steps and not run.stopping:
         # -- one env step ---------------------------------------------------------------------
         with tel.timer("rollout"):
@@ -267,6 +268,8 @@ def train(cfg: Config, run: SeedRun) -> None:
         # -- one metrics row per log interval ---------------------------------------------------
         if run.log_due(step):
             if diag:
+                log_recent_env_stats(tel, rb, step - last_row)
+                last_row = step
                 tel.log(
                     **{
                         "rollout/action_noise": cfg.action_noise,

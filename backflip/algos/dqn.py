@@ -12,8 +12,11 @@ loss (or half the squared error, `huber=false`) of the one-step TD error
                                      the target network evaluates it (curbs overestimation)
     a* = argmax_a Q_target(s', a)    plain DQN (double=false)
 
-Q_target is a frozen copy of Q refreshed every `target_every` env steps (τ = 1), or moved
+Q_target is a frozen copy of Q refreshed every `target_every` gradient steps (τ = 1), or moved
 towards it by Polyak averaging Q_target ← (1 − τ) Q_target + τ Q at that interval (τ < 1).
+(Stable-Baselines3 counts its `target_update_interval` in env steps instead; with rl-zoo's
+CartPole settings — 128 gradient steps every 256 env steps, a copy every 10 env steps — that
+amounts to one copy per burst of updates: `target_every=128` here.)
 
 Episode ends: only `terminated` cuts the bootstrap. A time-limit truncation bootstraps from
 Q_target at the episode's final observation, which is the observation returned by the step that
@@ -38,7 +41,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from backflip.algos.common import Agent
+from backflip.algos.common import Agent, log_recent_env_stats
 from backflip.buffers import ReplayBuffer
 from backflip.config import TrainConfig
 from backflip.envs import make_vec
@@ -76,7 +79,7 @@ class Config:
     gamma: float = 0.99
     """discount factor"""
     target_every: int = 1
-    """env steps between target-network updates"""
+    """gradient steps between target-network updates"""
     tau: float = 0.005
     """target update rate: 1 copies the online network, < 1 is Polyak averaging"""
     double: bool = True
@@ -245,7 +248,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     ep_ret, ep_len = 0.0, 0
     action = np.zeros(1, np.int64)
     measure_ratio = diag
-    synced_at = updates  # updates already reflected in the target network
+    last_row = step
     while step < run.steps and not run.stopping:
         # -- one env step ---------------------------------------------------------------------
         with tel.timer("rollout"):
@@ -275,14 +278,15 @@ def train(cfg: Config, run: SeedRun) -> None:
                 for _ in range(cfg.gradient_steps):
                     update()
                     updates += 1
-        if step % cfg.target_every == 0 and updates > synced_at:
-            polyak_update(target_params, params, cfg.tau)
-            target_updates += 1
-            synced_at = updates
+                    if updates % cfg.target_every == 0:
+                        polyak_update(target_params, params, cfg.tau)
+                        target_updates += 1
 
         # -- one metrics row per log interval ---------------------------------------------------
         if run.log_due(step):
             if diag:
+                log_recent_env_stats(tel, rb, step - last_row)
+                last_row = step
                 tel.log(
                     **{
                         "rollout/epsilon": epsilon(step),
