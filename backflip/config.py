@@ -49,17 +49,37 @@ class RunOptions:
     """record a greedy episode as MP4 every this many env steps, and at the end (0: never)"""
     telemetry: bool = True
     """compute and write diagnostics (off only to measure what logging costs)"""
-    log_every: float = 0.0
-    """seconds between metric rows for algorithms that log by time (0: every iteration)"""
+    log_every: int = 0
+    """env steps between metric rows of one-step-at-a-time algorithms (DQN, DDPG, TD3, SAC; 0: 1000)"""
 
     def __post_init__(self):
         _require(self.eval_episodes >= 1, "eval_episodes must be >= 1")
         _require(self.eval_every >= 0, "eval_every must be >= 0")
         _require(self.checkpoint_every >= 0, "checkpoint_every must be >= 0")
         _require(self.video_every >= 0, "video_every must be >= 0")
+        _require(self.log_every >= 0, "log_every must be >= 0")
         _require(
             self.device in ("cpu", "cuda") or self.device.startswith("cuda:"),
             f"device must be cpu or cuda[:N], got {self.device!r}",
+        )
+
+
+def check_device(device: str) -> None:
+    """Raise a UserError unless torch can use `device` here (say so before any seed starts)."""
+    if device == "cpu":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError(
+            f"device={device} requested but CUDA is not available here (torch "
+            f"{torch.__version__}, {'no CUDA build' if torch.version.cuda is None else 'no GPU found'}); "
+            "use device=cpu"
+        )
+    index = device.partition(":")[2] or "0"
+    if not index.isdigit() or int(index) >= torch.cuda.device_count():
+        raise UserError(
+            f"device={device} requested but only {torch.cuda.device_count()} CUDA device(s) exist"
         )
 
 

@@ -160,3 +160,69 @@ def gaussian_logp_entropy(mean: torch.Tensor, log_std: torch.Tensor, actions: to
     logp = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
     entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum(-1).expand(mean.shape[:-1])
     return logp, entropy
+
+
+# --- off-policy pieces (DQN, DDPG, TD3, SAC) ----------------------------------------------------
+
+
+class QCritics(nn.Module):
+    """`n` independent Q(s, a) MLPs on the concatenated (observation, action); forward -> (n, B).
+
+    DDPG uses one, TD3 and SAC two ("twin" critics, whose minimum curbs overestimation).
+    Actions are in the actor's [-1, 1] units.
+    """
+
+    def __init__(
+        self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], activation: str, n: int = 2
+    ):
+        super().__init__()
+        sizes = [obs_dim + act_dim, *hidden, 1]
+        self.qs = nn.ModuleList(mlp(sizes, activation, orthogonal=False) for _ in range(n))
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([obs, act], -1)
+        return torch.stack([q(x).squeeze(-1) for q in self.qs])
+
+
+def to_bounds(a: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """An action in [-1, 1] (tanh units) -> the env's Box [low, high]."""
+    return low + (a + 1.0) * 0.5 * (high - low)
+
+
+def squashed_gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor):
+    """a = tanh(u), u ~ N(mean, std): a sample in (-1, 1) and its log-density, per row.
+
+    The change of variables subtracts log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)) per
+    dimension, written in the form that stays finite when tanh saturates.
+    """
+    u = mean + log_std.exp() * torch.randn_like(mean)
+    logp = (-0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+    logp = logp - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
+    return torch.tanh(u), logp
+
+
+@torch.no_grad()
+def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online, parameter by parameter (tau = 1: a copy).
+
+    Takes parameter lists (`list(net.parameters())`, made once) because walking the modules on
+    every call costs as much as the update itself for small networks.
+    """
+    if tau == 1.0:
+        torch._foreach_copy_(target, online)
+    else:
+        torch._foreach_lerp_(target, online, tau)
+
+
+def frozen_copy(net: nn.Module) -> nn.Module:
+    """A target network: a deep copy that never receives gradients."""
+    import copy
+
+    target = copy.deepcopy(net)
+    target.requires_grad_(False)
+    return target
+
+
+def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """The global L2 norm of the gradients of `params` (a 0-d tensor; no host sync)."""
+    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])

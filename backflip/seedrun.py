@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backflip.config import TrainConfig
+from backflip.config import TrainConfig, check_device
 from backflip.envs import make_vec
 from backflip.telemetry import Telemetry
 
@@ -69,6 +69,7 @@ class SeedRun:
         self.cfg, self.seed = cfg, seed
         self.env_id, self.env_opts, self.steps = cfg.env_id, cfg.env, cfg.steps
         self.opts = cfg.run
+        check_device(cfg.run.device)
         self.device = torch.device(cfg.run.device)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.stopping = False  # set by a signal, or by reaching `target_return`
@@ -84,6 +85,7 @@ class SeedRun:
         self._video_env = None
         self._next_video = cfg.run.video_every or math.inf
         self._last_video_step = -1
+        self._next_log: int | None = None  # set by the first log_due call
         every = cfg.run.checkpoint_every or max(1, cfg.steps // 4)
         self._ckpt_every, self._next_ckpt = every, every
         self.t_start = time.perf_counter()
@@ -133,6 +135,17 @@ class SeedRun:
         self._warned.add(key)
         if self._on_warning is not None:
             self._on_warning(message)
+
+    def log_due(self, step: int, default_every: int = 1000) -> bool:
+        """For algorithms that step one env step at a time (DQN, DDPG, TD3, SAC): is a metrics
+        row due at `step`? Every `log_every` env steps (RunOptions), else `default_every`."""
+        every = self.opts.log_every or default_every
+        if self._next_log is None:  # rows at multiples of `every` (also after a resume)
+            self._next_log = (self.start_step // every + 1) * every
+        if step >= self._next_log:
+            self._next_log = (step // every + 1) * every
+            return True
+        return False
 
     def eval_due(self, step: int) -> bool:
         """True when a periodic evaluation is due (or a video: `evaluate` records it)."""

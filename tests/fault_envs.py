@@ -60,6 +60,13 @@ class EndlessReward(gym.Env):
         return np.zeros(1, np.float32), 1.0, False, False, {}
 
 
+class EndlessRewardBox(EndlessReward):
+    """EndlessReward with a Box action (for DDPG, TD3 and SAC): the same value, 1 / (1 - gamma)."""
+
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+
 gym.register("CrashAfter-v0", entry_point=CrashAfter, max_episode_steps=1000)
 gym.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=10)
 gym.register("EndlessReward-v0", entry_point=EndlessReward, max_episode_steps=5)
+gym.register("EndlessRewardBox-v0", entry_point=EndlessRewardBox, max_episode_steps=5)

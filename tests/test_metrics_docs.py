@@ -32,8 +32,14 @@ def logged_names(algo, env, steps, **sets) -> set[str]:
     return names
 
 
+OFF_POLICY = {"hidden": "16,16", "batch_size": 32, "learning_starts": 300, "log_every": 300}
+
 CASES = [
     ("ppo", "CartPole-v1", 1024, {"epochs": 1}),
+    ("dqn", "CartPole-v1", 1000, OFF_POLICY),
+    ("ddpg", "Pendulum-v1", 1000, OFF_POLICY),
+    ("td3", "Pendulum-v1", 1000, OFF_POLICY),
+    ("sac", "Pendulum-v1", 1000, OFF_POLICY),
     ("ppo", "Pendulum-v1", 2048, {"epochs": 1, "num_steps": 256, "scale_reward": True}),
     ("a2c", "CartPole-v1", 2048, {"log_interval": 500}),
     ("a2c", "Pendulum-v1", 2048, {"scale_reward": True}),

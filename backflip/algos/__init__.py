@@ -24,6 +24,10 @@ ALGOS: dict[str, str] = {
     "vpg": "Vanilla Policy Gradient (REINFORCE with a learned value baseline, GAE)",
     "a2c": "Advantage Actor-Critic (synchronous, n-step or GAE advantages)",
     "cem": "Cross-Entropy Method over policy parameters (gradient-free)",
+    "dqn": "Deep Q-Network (replay, target network, Double-DQN target, Huber loss)",
+    "ddpg": "Deep Deterministic Policy Gradient (deterministic actor, Q critic, replay)",
+    "td3": "Twin Delayed DDPG (clipped double-Q, delayed actor, target smoothing)",
+    "sac": "Soft Actor-Critic (squashed Gaussian, twin critics, automatic entropy temperature)",
 }
 
 

@@ -134,6 +134,7 @@ def execute(
 
     `extra`: more config sections to store with the run (`prefs`)."""
     from backflip.algos import get_algo
+    from backflip.config import check_device
     from backflip.envs import AtariProtocolWarning, check_supported
     from backflip.journal import expected_seconds, premortem
     from backflip.launch import launch_run
@@ -149,6 +150,7 @@ def execute(
             print(f"warning: {w.message}", file=sys.stderr, flush=True)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    check_device(cfg.run.device)
     workers = workers or os.cpu_count() or 1
     expected = expected_seconds(home, cfg.algo, cfg.env_id, cfg.steps, len(cfg.seeds), workers)
     answer = premortem(expected, surprise, ask=ask and not as_json)

@@ -1,0 +1,307 @@
+"""Deep Q-Network (Mnih et al. 2015), with the Double-DQN target (van Hasselt et al. 2016).
+
+Q(s, ·) is an MLP (a CNN for image observations) with one output per discrete action. The agent
+acts ε-greedily, ε falling linearly from `eps_start` to `eps_end` over the first `eps_fraction`
+of the budget (uniformly random actions before `learning_starts`), and stores every transition
+in a replay buffer (`backflip/buffers.py`). Every `train_every` env steps it takes
+`gradient_steps` Adam steps on minibatches drawn uniformly from the buffer, minimizing the Huber
+loss (or half the squared error, `huber=false`) of the one-step TD error
+
+    δ  = Q(s, a) − y,     y = r + γ (1 − terminated) Q_target(s', a*)
+    a* = argmax_a Q(s', a)           Double DQN (default): the online network picks the action,
+                                     the target network evaluates it (curbs overestimation)
+    a* = argmax_a Q_target(s', a)    plain DQN (double=false)
+
+Q_target is a frozen copy of Q refreshed every `target_every` gradient steps (τ = 1), or moved
+towards it by Polyak averaging Q_target ← (1 − τ) Q_target + τ Q at that interval (τ < 1).
+(Stable-Baselines3 counts its `target_update_interval` in env steps instead; with rl-zoo's
+CartPole settings — 128 gradient steps every 256 env steps, a copy every 10 env steps — that
+amounts to one copy per burst of updates: `target_every=128` here.)
+
+Episode ends: only `terminated` cuts the bootstrap. A time-limit truncation bootstraps from
+Q_target at the episode's final observation, which is the observation returned by the step that
+ended the episode; Gymnasium's NEXT_STEP autoreset then spends one more `step` call on the
+reset, which is not a transition and is neither stored nor counted.
+
+Why the defaults are reliable on CartPole (docs/algorithms.md has the measurements): a greedy
+policy read off at an arbitrary step of DQN training is only as good as the last few hundred
+updates, and large bursts of updates at a high learning rate (rl-zoo: 128 steps at 2.3e-3 every
+256 env steps) can swing it from 500 to 20. backflip's defaults take one small step per env
+step, decay the learning rate to 0 over the budget (`anneal_lr`) so that the final policy is a
+settled one, and use Double DQN with Polyak targets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from backflip.algos.common import Agent, log_recent_env_stats
+from backflip.buffers import ReplayBuffer
+from backflip.config import TrainConfig
+from backflip.envs import make_vec
+from backflip.nets import encoder, frozen_copy, mlp, polyak_update
+from backflip.seedrun import SeedRun
+
+ACTION_SPACES = ("discrete",)
+DEFAULT_STEPS = 50_000
+
+
+@dataclass
+class Config:
+    """DQN hyperparameters. Defaults: cheap and reliable on CartPole-v1 (docs/algorithms.md)."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """hidden layer sizes of the Q-network MLP"""
+    activation: str = "relu"
+    """tanh, relu, elu or leaky_relu"""
+    lr: float = 1e-3
+    """Adam learning rate"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 over the budget"""
+    adam_eps: float = 1e-8
+    """Adam epsilon"""
+    batch_size: int = 64
+    """transitions per gradient step"""
+    buffer_size: int = 100_000
+    """replay capacity in transitions (never more than the budget is allocated)"""
+    learning_starts: int = 1000
+    """env steps of uniformly random actions before the first update"""
+    train_every: int = 1
+    """env steps between training phases"""
+    gradient_steps: int = 1
+    """gradient steps per training phase"""
+    gamma: float = 0.99
+    """discount factor"""
+    target_every: int = 1
+    """gradient steps between target-network updates"""
+    tau: float = 0.005
+    """target update rate: 1 copies the online network, < 1 is Polyak averaging"""
+    double: bool = True
+    """Double DQN target (online network picks a*, target network evaluates it)"""
+    huber: bool = True
+    """Huber (smooth L1) loss on the TD error; false: half squared error"""
+    max_grad_norm: float = 10.0
+    """global gradient norm clip (0: off)"""
+    eps_start: float = 1.0
+    """initial exploration rate epsilon"""
+    eps_end: float = 0.05
+    """final epsilon"""
+    eps_fraction: float = 0.2
+    """fraction of the budget over which epsilon falls linearly to eps_end"""
+
+    def __post_init__(self):
+        from backflip.errors import UserError
+
+        checks = {
+            "hidden must list at least one layer size": len(self.hidden) >= 1,
+            "activation must be tanh, relu, elu or leaky_relu": self.activation
+            in ("tanh", "relu", "elu", "leaky_relu"),
+            "lr must be > 0": self.lr > 0,
+            "batch_size must be >= 1": self.batch_size >= 1,
+            "buffer_size must be >= batch_size": self.buffer_size >= self.batch_size,
+            "learning_starts must be >= 0": self.learning_starts >= 0,
+            "train_every must be >= 1": self.train_every >= 1,
+            "gradient_steps must be >= 1": self.gradient_steps >= 1,
+            "gamma must be in (0, 1]": 0 < self.gamma <= 1,
+            "target_every must be >= 1": self.target_every >= 1,
+            "tau must be in (0, 1]": 0 < self.tau <= 1,
+            "max_grad_norm must be >= 0": self.max_grad_norm >= 0,
+            "eps_start and eps_end must be in [0, 1]": 0 <= self.eps_end <= 1
+            and 0 <= self.eps_start <= 1,
+            "eps_fraction must be in (0, 1]": 0 < self.eps_fraction <= 1,
+        }
+        for message, ok in checks.items():
+            if not ok:
+                raise UserError(f"dqn: {message}")
+
+
+PRESETS: dict[str, dict] = {"CartPole-v1": {"steps": 50_000}}
+
+
+class QNetwork(nn.Module):
+    """Q(s, ·): an encoder (identity for vectors, NatureCNN for images) and an MLP head."""
+
+    def __init__(self, obs_shape, n_actions: int, cfg: Config):
+        super().__init__()
+        self.trunk, n_in = encoder(obs_shape, cfg.hidden, cfg.activation)
+        self.head = mlp([n_in, *cfg.hidden, n_actions], cfg.activation, orthogonal=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(obs))
+
+
+def make_agent(q: QNetwork, device) -> Agent:
+    """Greedy actions argmax_a Q(s, a) and values max_a Q(s, a) on raw observation batches."""
+
+    @torch.inference_mode()
+    def act(o: np.ndarray) -> np.ndarray:
+        return q(torch.as_tensor(o, device=device)).argmax(-1).cpu().numpy()
+
+    @torch.inference_mode()
+    def value(o: np.ndarray) -> np.ndarray:
+        return q(torch.as_tensor(o, device=device)).max(-1).values.cpu().numpy()
+
+    return Agent(act=act, value=value)
+
+
+def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
+    """The trained agent stored in a checkpoint written by `train`."""
+    cfg = TrainConfig.from_dict(checkpoint["config"]).hp
+    q = QNetwork(obs_space.shape, act_space.n, cfg).to(device)
+    q.load_state_dict(checkpoint["state"]["q"])
+    return make_agent(q, torch.device(device))
+
+
+def train(cfg: Config, run: SeedRun) -> None:
+    tel, device = run.tel, run.device
+    diag = tel.enabled
+    envs = make_vec(run.env_id, 1, run.env_opts)
+    obs_space, act_space = envs.single_observation_space, envs.single_action_space
+    q = QNetwork(obs_space.shape, act_space.n, cfg).to(device)
+    q_target = frozen_copy(q)
+    params, target_params = list(q.parameters()), list(q_target.parameters())
+    opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=device.type == "cpu")
+    rb = ReplayBuffer(
+        min(cfg.buffer_size, run.steps),
+        obs_space.shape,
+        (),
+        obs_space.dtype,
+        np.int64,
+        seed=run.seed,
+        device=device,
+    )
+    rng = np.random.default_rng(run.seed)  # exploration draws
+    agent = make_agent(q, device)
+    eps_steps = max(1, int(cfg.eps_fraction * run.steps))
+    max_norm = cfg.max_grad_norm or math.inf
+
+    def epsilon(step: int) -> float:
+        return cfg.eps_start + (cfg.eps_end - cfg.eps_start) * min(1.0, step / eps_steps)
+
+    def state() -> dict:  # everything needed to continue training (backflip resume)
+        return {
+            "q": q.state_dict(),
+            "q_target": q_target.state_dict(),
+            "optimizer": opt.state_dict(),
+            "buffer": rb.state_dict(),
+            "rng": rng.bit_generator.state,
+            "counters": {"updates": updates, "target_updates": target_updates},
+        }
+
+    step, updates, target_updates = 0, 0, 0
+    if run.restored:
+        q.load_state_dict(run.restored["q"])
+        q_target.load_state_dict(run.restored["q_target"])
+        opt.load_state_dict(run.restored["optimizer"])
+        rb.load_state_dict(run.restored["buffer"])
+        rng.bit_generator.state = run.restored["rng"]
+        updates = run.restored["counters"]["updates"]
+        target_updates = run.restored["counters"]["target_updates"]
+        step = run.start_step
+
+    def update() -> None:
+        """One gradient step on a uniformly sampled minibatch."""
+        nonlocal measure_ratio
+        b = rb.sample(cfg.batch_size)
+        with torch.no_grad():
+            q_next_all = q_target(b.next_obs)
+            if cfg.double:
+                a_star = q(b.next_obs).argmax(-1, keepdim=True)
+                q_next = q_next_all.gather(-1, a_star).squeeze(-1)
+            else:
+                q_next = q_next_all.max(-1).values
+            y = b.rewards + cfg.gamma * (1.0 - b.terminated) * q_next
+        q_all = q(b.obs)
+        q_taken = q_all.gather(-1, b.actions.unsqueeze(-1)).squeeze(-1)
+        loss = F.smooth_l1_loss(q_taken, y) if cfg.huber else 0.5 * F.mse_loss(q_taken, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = nn.utils.clip_grad_norm_(params, max_norm)  # the norm before clipping
+        theta0 = nn.utils.parameters_to_vector(params).detach() if measure_ratio else None
+        opt.step()
+        if diag:
+            with torch.no_grad():
+                q_all = q_all.detach()
+                tel.store(
+                    **{
+                        "train/loss": loss.detach(),
+                        "train/q_mean": q_taken.detach().mean(),
+                        "train/q_max": q_all.max(),
+                        "train/td_error": (q_taken.detach() - y).abs().mean(),
+                        "train/grad_norm": norm,
+                    }
+                )
+                if theta0 is not None:  # the size of one step, sampled once per metrics row
+                    theta = nn.utils.parameters_to_vector(params)
+                    tel.log(
+                        **{"train/update_ratio": float((theta - theta0).norm() / theta0.norm())}
+                    )
+                    measure_ratio = False
+
+    obs, _ = envs.reset(seed=run.env_seed + step)
+    ep_ret, ep_len = 0.0, 0
+    action = np.zeros(1, np.int64)
+    measure_ratio = diag
+    last_row = step
+    while step < run.steps and not run.stopping:
+        # -- one env step ---------------------------------------------------------------------
+        with tel.timer("rollout"):
+            if step < cfg.learning_starts or rng.random() < epsilon(step):
+                action[0] = rng.integers(act_space.n)
+            else:
+                with torch.inference_mode():
+                    action[0] = int(q(torch.as_tensor(obs, device=device)).argmax())
+            next_obs, reward, term, trunc, _ = envs.step(action)
+            rb.add(obs[0], action[0], reward[0], next_obs[0], term[0], trunc[0])
+            step += 1
+            ep_ret += float(reward[0])
+            ep_len += 1
+            obs = next_obs
+            if term[0] or trunc[0]:
+                tel.episode(step, ep_ret, ep_len)
+                ep_ret, ep_len = 0.0, 0
+                # NEXT_STEP autoreset: this call only resets (action ignored); not a transition
+                obs, *_ = envs.step(action)
+
+        # -- learn ------------------------------------------------------------------------------
+        if step >= cfg.learning_starts and step % cfg.train_every == 0:
+            with tel.timer("update"):
+                if cfg.anneal_lr:
+                    for g in opt.param_groups:
+                        g["lr"] = cfg.lr * (1.0 - step / run.steps)
+                for _ in range(cfg.gradient_steps):
+                    update()
+                    updates += 1
+                    if updates % cfg.target_every == 0:
+                        polyak_update(target_params, params, cfg.tau)
+                        target_updates += 1
+
+        # -- one metrics row per log interval ---------------------------------------------------
+        if run.log_due(step):
+            if diag:
+                log_recent_env_stats(tel, rb, step - last_row)
+                last_row = step
+                tel.log(
+                    **{
+                        "rollout/epsilon": epsilon(step),
+                        "train/target_updates": target_updates,
+                        "train/updates": updates,
+                        "train/replay_size": len(rb),
+                        "train/lr": opt.param_groups[0]["lr"],
+                    }
+                )
+                measure_ratio = True
+            if run.eval_due(step):
+                run.evaluate(step, agent.act)
+            run.log(step)
+            if run.checkpoint_due(step):
+                run.save_checkpoint(step, state())
+
+    run.finish(step, agent.act, state())
+    envs.close()
