@@ -287,7 +287,8 @@ def test_learned_reward_wraps_training_envs_only():
 def as_json(stdout: str) -> dict:
     import json
 
-    return json.loads(stdout[stdout.index("\n{") + 1 :])  # after the "run ... created" line
+    start = 0 if stdout.startswith("{") else stdout.index("\n{") + 1  # after any status lines
+    return json.loads(stdout[start:])
 
 
 # --- the pipeline, small and fast ---------------------------------------------------------------------

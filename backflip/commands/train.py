@@ -164,6 +164,7 @@ def execute(
         print(
             f"run {run_dir.name}: {what} on {cfg.env_id}, {len(cfg.seeds)} seed(s) × "
             f"{cfg.steps:,} steps → {run_dir}",
+            file=sys.stderr if as_json else sys.stdout,  # --json: stdout is the JSON alone
             flush=True,
         )
 
