@@ -13,7 +13,7 @@ from backflip import __version__
 from backflip.errors import UserError
 
 # Subcommand modules, in the order `backflip --help` lists them.
-COMMANDS = ["train", "runs", "show", "rerun"]
+COMMANDS = ["train", "runs", "show", "rerun", "doctor", "preflight", "probe"]
 
 
 def build_parser() -> argparse.ArgumentParser:
