@@ -105,9 +105,10 @@ def backflip(home: Path, *args) -> subprocess.CompletedProcess:
 
 def train(home: Path, algo, env, *extra) -> dict:
     proc = backflip(home, "train", algo, "--env", env, "--no-progress", "--json", *extra)
-    if not proc.stdout.strip().startswith("{"):
+    start = proc.stdout.find("\n{")  # the first line is the run id, then the JSON record
+    if start < 0:
         raise RuntimeError(proc.stdout + proc.stderr)
-    return json.loads(proc.stdout[proc.stdout.index("{") :])
+    return json.loads(proc.stdout[start + 1 :])
 
 
 def tally(findings, table, key):

@@ -2,7 +2,7 @@
 same faults `backflip train` can inject, for `backflip doctor` to read.
 
 Faults (the env ones use backflip's own wrappers, so the fault is identical):
-  collapse: ent_coef=-1     nolearn: learning_rate=1e-8     klblow: lr=0.01, clipping off
+  collapse: ent_coef=-1 (A2C: -5)     nolearn: learning_rate=1e-8     klblow: lr=0.01, clipping off
   vf0: vf_coef=0            rew1000: rewards ×1000          obs1000: observations ×1000+500
   nan: NaN rewards from step `nan_at` of each env copy       slow: growing per-step work
   eps: DQN's ε stuck at 1
@@ -67,6 +67,11 @@ def make_env(fault: str | None, nan_at: int, slowdown: float):
     return env
 
 
+# A2C's advantages are not normalized, so its policy-gradient term is ~10x PPO's and the entropy
+# term needs a larger (negative) weight to dominate it
+ALGO_FAULT_SETTINGS = {("a2c", "collapse"): {"ent_coef": -5.0}}
+
+
 def train_sb3(
     algo: str,
     logdir: Path,
@@ -87,7 +92,11 @@ def train_sb3(
 
     torch.set_num_threads(1)
     cls = {"ppo": PPO, "a2c": A2C, "dqn": DQN}[algo]
-    settings = {**ZOO[algo], **FAULT_SETTINGS.get(fault, {})}
+    settings = {
+        **ZOO[algo],
+        **FAULT_SETTINGS.get(fault, {}),
+        **ALGO_FAULT_SETTINGS.get((algo, fault), {}),
+    }
     if algo == "ppo" and fault != "klblow":
         settings["learning_rate"] = _linear(settings["learning_rate"])
         settings["clip_range"] = _linear(settings["clip_range"])

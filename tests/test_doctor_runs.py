@@ -212,14 +212,17 @@ SB3 = [
     ("a2c", "nolearn", "entropy-flat"),
     ("a2c", "vf0", "explained-variance"),
     ("a2c", "rew1000", "reward-scale"),
-    ("a2c", "nan", "nonfinite"),
+    ("a2c", "slow", "throughput-decline"),
     ("dqn", "nolearn", "never-better"),
     ("dqn", "rew1000", "reward-scale"),
     ("dqn", "nan", "nonfinite"),
     ("dqn", "slow", "throughput-decline"),
     ("dqn", "eps", "epsilon-stuck"),
 ]
-SB3_STEPS = {"ppo": 20_000, "a2c": 20_000, "dqn": 15_000}
+SB3_STEPS = {"ppo": 20_000, "a2c": 20_000, "dqn": 15_000, ("a2c", "collapse"): 30_000}
+# Not in the list: A2C with NaN rewards. Its 5-step rollouts usually end before an episode with a
+# NaN reward finishes, and the next rollout crashes on NaN parameters before SB3 writes another
+# row, so its log holds no NaN to find (docs/doctor.md, "what they don't log").
 
 
 @pytest.mark.slow
@@ -229,7 +232,8 @@ def test_sb3_logs_with_the_same_faults_get_the_same_findings(cli, tmp_path, algo
     pytest.importorskip("stable_baselines3")
     from tests.sb3_logs import train_sb3
 
-    folder = train_sb3(algo, tmp_path / "tb", SB3_STEPS[algo], fault=fault)
+    steps = SB3_STEPS.get((algo, fault), SB3_STEPS[algo])
+    folder = train_sb3(algo, tmp_path / "tb", steps, fault=fault)
     out = json.loads(cli("doctor", str(folder), "--json").stdout)
     found = {f["rule"]: f for f in out["findings"]}
     assert rule in found, (algo, fault, list(found))

@@ -114,9 +114,14 @@ def spearman(x, y) -> float:
 
 def rolling_median(values: np.ndarray, window: int) -> np.ndarray:
     """Median of the `window` values *before* each point (NaN for the first)."""
-    out = np.full(len(values), np.nan)
-    for i in range(1, len(values)):
-        out[i] = np.median(values[max(0, i - window) : i])
+    v = np.asarray(values, np.float64)
+    out = np.full(len(v), np.nan)
+    if len(v) < 2:
+        return out
+    padded = np.r_[np.full(window - 1, np.nan), v]
+    # row j holds v[j - window + 1 .. j]: the window that ends just before point j + 1
+    rows = np.lib.stride_tricks.sliding_window_view(padded, window)[: len(v) - 1]
+    out[1:] = np.nanmedian(rows, axis=1)
     return out
 
 
