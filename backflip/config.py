@@ -39,6 +39,8 @@ class RunOptions:
     """greedy evaluation episodes at the end of training (and at each periodic evaluation)"""
     eval_every: int = 0
     """evaluate every this many env steps (0: only at the end)"""
+    target_return: float | None = None
+    """stop as soon as a periodic greedy evaluation reaches this mean return (None: use the budget)"""
     checkpoint_every: int = 0
     """write a checkpoint every this many env steps (0: a quarter of the budget)"""
     device: str = "cpu"

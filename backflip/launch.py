@@ -115,7 +115,7 @@ def run_seed(job: SeedJob, conn=None) -> dict:
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
         spec.train(cfg.hp, run)
-        status["status"] = "interrupted" if run.stopping else "finished"
+        status["status"] = "interrupted" if run.stopping and not run.solved else "finished"
     except KeyboardInterrupt:
         status["status"] = "interrupted"
     except NonFiniteError as e:

@@ -82,8 +82,11 @@ def n_params(*modules: nn.Module) -> int:
 # --- categorical ------------------------------------------------------------------------------
 
 
-def categorical_sample(logits: torch.Tensor) -> torch.Tensor:
-    return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
+def categorical_sample(logits: torch.Tensor):
+    """A sampled action per row and its log-probability."""
+    logp_all = torch.log_softmax(logits, -1)
+    action = torch.multinomial(logp_all.exp(), 1)
+    return action.squeeze(-1), logp_all.gather(-1, action).squeeze(-1)
 
 
 def categorical_logp_entropy(logits: torch.Tensor, actions: torch.Tensor):

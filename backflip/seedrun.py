@@ -71,7 +71,8 @@ class SeedRun:
         self.opts = cfg.run
         self.device = torch.device(cfg.run.device)
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.stopping = False
+        self.stopping = False  # set by a signal, or by reaching `target_return`
+        self.solved = False
         self.result: dict = {}
         self._on_row, self._on_warning = on_row, on_warning
         self._warned: set[str] = set()
@@ -163,6 +164,10 @@ class SeedRun:
         self.result.update(
             eval_return=float(rets.mean()), eval_returns=rets.tolist(), eval_step=step
         )
+        target = self.opts.target_return
+        if target is not None and rets.mean() >= target and not self.solved:
+            self.solved = self.stopping = True
+            self.result.update(solved_step=step, solved_s=time.perf_counter() - self.t_start)
         return float(rets.mean())
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -193,7 +198,11 @@ class SeedRun:
         return path
 
     def finish(self, step: int, act: Callable[[np.ndarray], np.ndarray], state: dict) -> None:
-        """End of training: final greedy evaluation (skipped if stopping), row, final checkpoint."""
+        """End of training: final greedy evaluation, row, final checkpoint.
+
+        Skips the evaluation when interrupted, and when `target_return` was reached (the
+        evaluation that reached it is the final one).
+        """
         self.step = step
         if not self.stopping:
             self.evaluate(step, act)

@@ -197,7 +197,10 @@ class Telemetry:
                 Summary.Value(tag=k, simple_value=v) for k, v in row.items() if math.isfinite(v)
             ]
             self._tb.add_event(Event(wall_time=wall, step=step, summary=Summary(value=values)))
-        if time.monotonic() - self._last_flush > 2.0:
+        # hand every row to the OS at once (survives the process being killed); fsync now and then
+        self._csv_file.flush()
+        self._ep_file.flush()
+        if time.monotonic() - self._last_flush > 5.0:
             self.flush()
 
     def flush(self) -> None:

@@ -48,3 +48,23 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var[target - pred] / Var[target]: 1 is perfect, 0 a constant, < 0 worse than one."""
     var = target.var()
     return float("nan") if var == 0 else float(1 - (target - pred).var() / var)
+
+
+class EpisodeTracker:
+    """Running return and length per env copy; finished episodes go to `tel.episode`.
+
+    Works on raw (unscaled) rewards under NEXT_STEP autoreset: the reset step after an episode
+    end has reward 0 and `valid` False, so it belongs to no episode.
+    """
+
+    def __init__(self, num_envs: int):
+        self.ret = np.zeros(num_envs)
+        self.len = np.zeros(num_envs, np.int64)
+
+    def update(self, step: int, reward: np.ndarray, done: np.ndarray, valid: np.ndarray, tel):
+        self.ret += reward
+        self.len += valid
+        if done.any():
+            for i in np.flatnonzero(done):
+                tel.episode(step, self.ret[i], self.len[i])
+            self.ret[done], self.len[done] = 0.0, 0
