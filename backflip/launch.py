@@ -233,7 +233,8 @@ def run_seeds(jobs: list[SeedJob], workers: int, progress: bool = True) -> dict[
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with _Display(jobs, progress) as display:
-            while pending or active:
+            # after a stop request, pending seeds never start: wait for the active ones only
+            while active or (pending and not stopping):
                 while pending and len(active) < workers and not stopping:
                     job = pending.pop(0)
                     reader, writer = ctx.Pipe(duplex=False)

@@ -206,12 +206,10 @@ def test_preference_rules():
     labels = np.r_[np.full(30, 2.0), np.zeros(N - 30)]
     f = fired(data(prefs__labels_per_s=labels))["prefs-starved"]
     assert f.severity == "error" and f.step == STEPS[29]
-    done = data(
-        prefs__labels_per_s=labels,
-        prefs__labels=np.full(N, 500.0),
-        prefs__label_target=np.full(N, 500.0),
-    )
+    done = data(prefs__labels_per_s=labels, prefs__label_debt=np.zeros(N))
     assert "prefs-starved" not in fired(done)  # the schedule asked for no more
+    owed = data(prefs__labels_per_s=labels, prefs__label_debt=np.linspace(0, 40, N))
+    assert "prefs-starved" in fired(owed)
     assert "reward-model-fit" in fired(data(reward_model__val_train_loss_ratio=np.full(N, 2.5)))
     corr = np.r_[np.linspace(0.2, 0.9, 30), np.linspace(0.9, 0.3, N - 30)]
     assert "reward-model-corr" in fired(data(reward_model__return_corr=corr))

@@ -1266,9 +1266,10 @@ def _starved(d: RunData, name: str):
 @rule(
     "prefs-starved",
     row="19",
-    reads=("prefs/labels_per_s", "prefs/segments_per_s", "prefs/labels", "prefs/label_target"),
+    reads=("prefs/labels_per_s", "prefs/segments_per_s", "prefs/label_debt"),
     threshold="labels/s or segments/s was positive, then 0 on ≥ 3 rows spanning ≥ 10% of "
-    "training while training went on (not when the label target was reached)",
+    "training while training went on (for labels: only while labels are owed, "
+    "prefs/label_debt > 0, when it is logged)",
     cause="a starved queue: the segment store or query queue stopped delivering (Rahtz: once "
     "a database filled, no new segments reached the labeler)",
     check_next="prefs/queue_depth and prefs/seconds_since_label; the segment store's capacity "
@@ -1281,10 +1282,9 @@ def prefs_starved(d: RunData):
         hit = _starved(d, name)
         if hit is None:
             continue
-        if name == "prefs/labels_per_s":
-            labels, target = d.get("prefs/labels"), d.get("prefs/label_target")
-            if labels is not None and target is not None and labels[1][-1] >= target[1][-1]:
-                continue  # the schedule asked for no more labels
+        debt = d.get("prefs/label_debt")
+        if name == "prefs/labels_per_s" and debt is not None and debt[1][-1] <= 0:
+            continue  # the schedule asks for no more labels: a pause, not starvation
         last, zeros, span = hit
         return Hit(
             "error",
