@@ -862,15 +862,16 @@ def _throughput(d: RunData, name: str):
 
 def _decline(steps, v) -> dict | None:
     """A steady decline: five consecutive segments whose medians never rise by more than 15%,
-    the last < 0.7× the first, and a rank trend ρ < −0.6. A machine that gets busy for a while
-    makes bumps, not a staircase."""
+    and either the last < 0.7× the first with a rank trend ρ < −0.8, or the last < 0.5× the
+    first with ρ < −0.6. A machine that gets busy for a while makes bumps, not a staircase."""
     if len(v) < MIN_ROWS:
         return None
     medians = [float(np.median(p)) for p in np.array_split(np.asarray(v, np.float64), 5)]
     rho = spearman(steps, v)
     steady = all(b <= 1.15 * a for a, b in itertools.pairwise(medians))
-    if medians[-1] < 0.7 * medians[0] and steady and rho < -0.6:
-        return {"segment_medians": medians, "spearman": rho}
+    ratio = medians[-1] / medians[0] if medians[0] > 0 else 1.0
+    if steady and ((ratio < 0.7 and rho < -0.8) or (ratio < 0.5 and rho < -0.6)):
+        return {"segment_medians": medians, "spearman": rho, "last_over_first": ratio}
     return None
 
 
@@ -878,9 +879,9 @@ def _decline(steps, v) -> dict | None:
     "throughput-decline",
     row="12",
     reads=("time/sps_cpu", "time/sps", "sys/load_avg"),
-    threshold="steady decline: medians of five consecutive segments never rise by > 15%, the "
-    "last < 0.7× the first, Spearman ρ(step, steps/s) < −0.6 (evaluation rows and the first "
-    "10% excluded). Warning when steps per CPU-second decline (the process's own work grows) "
+    threshold="steady decline: medians of five consecutive segments never rise by > 15%, and "
+    "the last is < 0.7× the first with Spearman ρ(step, steps/s) < −0.8, or < 0.5× with "
+    "ρ < −0.6 (evaluation rows and the first 10% excluded). Warning when steps per CPU-second decline (the process's own work grows) "
     "and the machine's load average did not rise by > 25%; info otherwise",
     cause="a leak or growing per-step work (a list that grows, a buffer scanned each step, "
     "a thread that blocks more and more — Rahtz missed one for months)",
