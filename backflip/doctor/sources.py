@@ -215,15 +215,21 @@ def detect_library(tags) -> str:
     return "backflip" if "rollout/ep_return_mean" in tags else "tensorboard"
 
 
-def derived_sps(walls: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Δstep / Δwall between consecutive logged steps (wall times of the event records)."""
+def derived_sps(walls: dict, points: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    """Δstep / Δwall between logged steps (wall times of the event records), over intervals of
+    at least 1/`points` of the run, so that bursty logging (SB3's DQN logs every 4 episodes and
+    trains in bursts) does not turn into noise."""
     steps = np.array(sorted(walls), np.int64)
     wall = np.array([walls[s] for s in steps])
     if len(steps) < 3:
         return steps[:0], wall[:0]
-    dstep, dwall = np.diff(steps), np.diff(wall)
-    ok = (dwall > 0) & (dstep > 0)
-    return steps[1:][ok], dstep[ok] / dwall[ok]
+    gap = (steps[-1] - steps[0]) / points
+    keep = [0]
+    for i in range(1, len(steps)):
+        if steps[i] - steps[keep[-1]] >= gap and wall[i] > wall[keep[-1]]:
+            keep.append(i)
+    steps, wall = steps[keep], wall[keep]
+    return steps[1:], np.diff(steps) / np.diff(wall)
 
 
 def infer_actions(entropy: np.ndarray) -> int | None:
