@@ -189,13 +189,13 @@ def test_broken_run_gets_the_right_finding(cli, home, fault, env, steps, sets, r
 
 
 @pytest.mark.slow
-def test_healthy_ppo_runs_have_no_error_findings(cli, home):
-    # cost: ~30 s (CartPole, 1e5 steps) + ~100 s (Pendulum, 2e5 steps) on an idle machine;
-    # the 3-seed measurement per rule is benchmarks/doctor_calibration.py (docs/doctor.md)
-    for env in ("CartPole-v1", "Pendulum-v1"):
-        rid = run_id(cli("train", "ppo", "--env", env, "--no-progress"))
-        errors = [f for f in findings_of(home, rid).values() if f["severity"] == "error"]
-        assert not errors, errors
+def test_healthy_ppo_run_has_no_error_findings(cli, home):
+    # cost: ~30 s on an idle machine (CartPole, 1e5 steps). Pendulum and 3 seeds of each are
+    # measured by benchmarks/doctor_calibration.py --healthy (docs/doctor.md): too slow here.
+    rid = run_id(cli("train", "ppo", "--env", "CartPole-v1", "--no-progress"))
+    found = findings_of(home, rid)
+    assert not [f for f in found.values() if f["severity"] == "error"], found
+    assert not [f for f in found.values() if f["severity"] == "warning"], found
 
 
 # --- Stable-Baselines3 TensorBoard logs (slow) --------------------------------------------------
@@ -246,12 +246,12 @@ def test_sb3_logs_with_the_same_faults_get_the_same_findings(cli, tmp_path, algo
 
 @pytest.mark.slow
 def test_sb3_healthy_ppo_log_has_no_errors_and_reads_as_a_folder(cli, tmp_path):
-    # cost: ~25 s (two SB3 PPO runs of 4e4 steps)
+    # cost: ~20 s on an idle machine (two SB3 PPO runs of 3e4 steps)
     pytest.importorskip("stable_baselines3")
     from tests.sb3_logs import train_sb3
 
     for seed in (0, 1):
-        train_sb3("ppo", tmp_path / "tb", 40_000, seed=seed)
+        train_sb3("ppo", tmp_path / "tb", 30_000, seed=seed)
     out = json.loads(cli("doctor", str(tmp_path / "tb"), "--json").stdout)
     assert not [f for f in out["findings"] if f["severity"] == "error"], out["findings"]
     assert any(f["rule"] == "seed-success" for f in out["findings"])

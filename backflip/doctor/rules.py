@@ -435,7 +435,7 @@ def explained_variance(d: RunData):
         return None
     return Hit(
         "error",
-        f"explained variance stayed ≤ 0 after warm-up (median {fmt(med)}, 90th percentile "
+        f"explained variance stayed at or below ~0 after warm-up (median {fmt(med)}, 90th percentile "
         f"{fmt(p90)} over {len(v)} rows)",
         metric="train/explained_var",
         step=int(steps[-1]),
