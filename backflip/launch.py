@@ -97,6 +97,10 @@ def run_seed(job: SeedJob, conn=None) -> dict:
         run = SeedRun(
             cfg, job.seed, folder, on_row=on_row, on_warning=on_warning, append=job.append
         )
+        if cfg.doctor.live:
+            from backflip.doctor.live import LiveDoctor
+
+            run.monitors.append(LiveDoctor(cfg))
 
         def stop(signum, frame):
             if run.stopping:  # second signal: stop now
@@ -240,7 +244,8 @@ def run_seeds(jobs: list[SeedJob], workers: int, progress: bool = True) -> dict[
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with _Display(jobs, progress) as display:
-            while pending or active:
+            # after a stop request, pending seeds never start: wait for the active ones only
+            while active or (pending and not stopping):
                 while pending and len(active) < workers and not stopping:
                     job = pending.pop(0)
                     reader, writer = ctx.Pipe(duplex=False)
@@ -358,4 +363,29 @@ def launch_run(
         run_seeds(jobs, workers=min(workers, len(jobs)), progress=progress)
     finally:  # even if the launcher itself fails, the run gets an outcome
         record = finalize_run(home, run_dir, started)
+    record["findings"] = diagnose_finished(run_dir)
     return record
+
+
+def diagnose_finished(run_dir: Path) -> list[dict]:
+    """The doctor's findings on a finished run (also written to its findings.json)."""
+    from backflip.errors import UserError
+
+    try:
+        from backflip.doctor import diagnose_run_dir
+
+        return [f.to_dict() for f in diagnose_run_dir(Path(run_dir))]
+    except UserError:  # no seed wrote metrics (all failed at once): nothing to diagnose
+        return []
+    except Exception as e:  # noqa: BLE001 — a doctor bug must never cost a finished run
+        traceback.print_exc()
+        return [
+            {
+                "rule": "doctor-error",
+                "severity": "info",
+                "metric": None,
+                "step": None,
+                "message": f"the doctor failed on this run: {type(e).__name__}: {e}",
+                "evidence": {},
+            }
+        ]

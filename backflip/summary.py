@@ -109,4 +109,8 @@ def run_summary(record: dict) -> str:
     sps = [s.get("sps") for s in record.get("seeds", []) if s.get("sps")]
     if sps:
         lines.append(f"steps/s per seed: {', '.join(fmt(x, 0) for x in sps)}")
+    if record.get("findings") is not None:
+        from backflip.doctor.report import summary_lines
+
+        lines += summary_lines(record["findings"], record["id"])
     return "\n".join(lines)

@@ -74,6 +74,7 @@ class Telemetry:
         self._timers: dict[str, float] = {}
         self._proc = psutil.Process()
         self._t_start = self._t_last = time.perf_counter()
+        self._cpu_last = time.process_time()
         self._step_last = 0
         self.episodes: collections.deque = collections.deque(maxlen=episode_window)
         self.n_episodes = 0
@@ -162,8 +163,15 @@ class Telemetry:
                 )
             row.update(self._timers)
             row["sys/rss_mb"] = self._proc.memory_info().rss / 2**20
+            row["sys/load_avg"] = os.getloadavg()[0]
         dt = now - self._t_last
         row["time/sps"] = (step - self._step_last) / dt if dt > 0 else 0.0
+        # Steps per second of this process's own CPU time: unlike `time/sps` it does not fall
+        # when other processes compete for the CPU, so a decline means growing work per step.
+        cpu = time.process_time()
+        dcpu = cpu - self._cpu_last
+        row["time/sps_cpu"] = (step - self._step_last) / dcpu if dcpu > 0 else 0.0
+        self._cpu_last = cpu
         row["time/wall_s"] = now - self._t_start
         self._stored.clear()
         self._scalars.clear()

@@ -70,3 +70,61 @@ gym.register("CrashAfter-v0", entry_point=CrashAfter, max_episode_steps=1000)
 gym.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=10)
 gym.register("EndlessReward-v0", entry_point=EndlessReward, max_episode_steps=5)
 gym.register("EndlessRewardBox-v0", entry_point=EndlessRewardBox, max_episode_steps=5)
+
+
+class MovingSquare(gym.Env):
+    """Image observations (32×32×3 uint8): a white square drifting with the action, for
+    preflight's contact sheet."""
+
+    observation_space = gym.spaces.Box(0, 255, (32, 32, 3), np.uint8)
+    action_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x, self.t = int(self.np_random.integers(4, 28)), 0
+        return self._frame(), {}
+
+    def step(self, action):
+        self.x = int(np.clip(self.x + int(action) - 1, 2, 29))
+        self.t += 1
+        return self._frame(), float(abs(self.x - 16) < 3), False, False, {}
+
+    def _frame(self):
+        frame = np.zeros((32, 32, 3), np.uint8)
+        frame[14:18, self.x - 2 : self.x + 2] = 255
+        return frame
+
+
+class Unseeded(gym.Env):
+    """Ignores the reset seed: observations come from NumPy's global generator."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.random.uniform(-1, 1, 2).astype(np.float32), {}
+
+    def step(self, action):
+        obs = np.random.uniform(-1, 1, 2).astype(np.float32)
+        return obs, 1.0, bool(np.random.random() < 0.1), False, {}
+
+
+gym.register("MovingSquare-v0", entry_point=MovingSquare, max_episode_steps=50)
+gym.register("Unseeded-v0", entry_point=Unseeded, max_episode_steps=50)
+
+
+class SkippyPong(MovingSquare):
+    """Takes Atari's frameskip and sticky-action settings (preflight must warn about them)."""
+
+    def __init__(self, frameskip=4, repeat_action_probability=0.25):
+        self.frameskip, self.repeat_action_probability = frameskip, repeat_action_probability
+
+
+# an Atari-style registration: frame skip and sticky actions built into the env
+gym.register(
+    "SkippyPong-v0",
+    entry_point=SkippyPong,
+    max_episode_steps=50,
+    kwargs={"frameskip": (2, 5), "repeat_action_probability": 0.25},
+)

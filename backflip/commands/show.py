@@ -20,6 +20,13 @@ def run(args) -> int:
     run_dir = resolve_run(home_dir(args.home), args.run)
     record = load_run(run_dir)
     record["reproduce"] = reproduce_command(record)
+    if (run_dir / "findings.json").exists():  # written by the doctor after training
+        import json
+
+        try:
+            record["findings"] = json.loads((run_dir / "findings.json").read_text())["findings"]
+        except (json.JSONDecodeError, KeyError, OSError):
+            pass  # a damaged findings file: `backflip doctor ID` recomputes it
     if args.json:
         print_json(record)
         return 0

@@ -1,0 +1,134 @@
+"""The doctor: reads a run's metrics and says what looks wrong, why, and what to check next.
+
+    findings = diagnose(run_data)                 # one seed / one TensorBoard run
+    target, findings = diagnose_target("last")    # anything `backflip doctor` accepts
+    findings = diagnose_run_dir(run_dir)          # after `backflip train`; writes findings.json
+
+Rules (`rules.py`, `seeds.py`) implement the diagnostics catalog (docs/doctor.md). `live.py`
+checks the same rules while a seed trains; `preflight.py` checks an environment before training,
+`probes.py` an algorithm on Jones's probe environments.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from backflip.doctor import rules as _rules  # noqa: F401 — registers the rules
+from backflip.doctor.findings import RULES, Finding, Hit, Rule, make_finding, sort_findings
+from backflip.doctor.seeds import SEED_RULES, SeedSet
+from backflip.doctor.series import RunData, progress
+from backflip.doctor.sources import Target, resolve_target
+
+__all__ = [
+    "RULES",
+    "SEED_RULES",
+    "Finding",
+    "RunData",
+    "Target",
+    "diagnose",
+    "diagnose_run_dir",
+    "diagnose_target",
+    "examine",
+]
+
+
+def _run_rule(r: Rule, arg, label: str | None) -> list[Finding]:
+    try:
+        hits = r.check(arg)
+    except Exception as e:  # noqa: BLE001 — a rule's bug must not hide the other findings
+        return [
+            Finding(
+                "doctor-error",
+                "info",
+                None,
+                None,
+                f"{label + ': ' if label else ''}rule {r.id} failed: {type(e).__name__}: {e}",
+                {"traceback": traceback.format_exc(limit=3)},
+            )
+        ]
+    if hits is None:
+        return []
+    hits = hits if isinstance(hits, list) else [hits]
+    return [make_finding(r, h, label) for h in hits if isinstance(h, Hit)]
+
+
+def diagnose(d: RunData, live: bool = False) -> list[Finding]:
+    """Every rule on one run's series (`live`: only the rules marked safe during training)."""
+    out = []
+    for r in RULES:
+        if live and not r.live:
+            continue
+        out += _run_rule(r, d, d.label)
+    return out
+
+
+def seed_set(target: Target) -> SeedSet | None:
+    """The seeds of a multi-run target with their final scores, for the seed-level rules."""
+    labels, finals, early = [], [], []
+    evals = sum(f is not None for f in target.finals)
+    for d, final in zip(target.runs, target.finals, strict=True):
+        if evals == len(target.runs):
+            score = final
+        else:
+            from backflip.doctor.sources import tail_score
+
+            score = tail_score(d)
+        if score is None or not np.isfinite(score):
+            continue
+        labels.append(d.label)
+        finals.append(float(score))
+        if (p := progress(d)) is not None:
+            early.append(p.early)
+    if len(finals) < 2:
+        return None
+    threshold = _reward_threshold(target.env_id)
+    return SeedSet(
+        labels,
+        np.array(finals),
+        float(np.mean(early)) if early else None,
+        threshold,
+        "greedy evaluation" if evals == len(target.runs) else "final training return",
+    )
+
+
+def _reward_threshold(env_id: str | None) -> float | None:
+    if not env_id:
+        return None
+    try:
+        from backflip.envs import check_env_id
+
+        return check_env_id(env_id).reward_threshold
+    except Exception:  # noqa: BLE001 — an env that no longer exists: no threshold
+        return None
+
+
+def examine(target: Target) -> list[Finding]:
+    """All findings for a resolved target: per series, then across seeds."""
+    findings = []
+    for d in target.runs:
+        findings += diagnose(d)
+    if len(target.runs) >= 2 and (s := seed_set(target)) is not None:
+        for r in SEED_RULES:
+            findings += _run_rule(r, s, None)
+    return sort_findings(findings)
+
+
+def diagnose_target(target: str, home: Path) -> tuple[Target, list[Finding]]:
+    t = resolve_target(target, home)
+    return t, examine(t)
+
+
+def diagnose_run_dir(run_dir: Path) -> list[Finding]:
+    """The end-of-training diagnosis of a backflip run; stored as findings.json."""
+    from backflip.runs.archive import now_iso, write_json
+
+    t = resolve_target(str(run_dir), run_dir.parent)
+    findings = examine(t)
+    write_json(
+        Path(run_dir) / "findings.json",
+        {"target": str(run_dir), "created": now_iso(), "findings": [f.to_dict() for f in findings]},
+    )
+    return findings

@@ -1,0 +1,254 @@
+"""Each rule on series built to show (or not show) its signal, and the rule list in docs/doctor.md.
+
+The broken and healthy *training runs* are in test_doctor_runs.py; these pin each rule's
+condition (its threshold and its silence on the healthy shape) cheaply.
+"""
+
+import numpy as np
+
+from backflip.doctor import RULES, SEED_RULES, diagnose
+from backflip.doctor.report import catalog_markdown, summary_lines
+from backflip.doctor.rules import reversals
+from backflip.doctor.seeds import SeedSet, seed_bimodal, seed_spread, seed_success
+from backflip.doctor.series import RunData, progress
+from tests.conftest import ROOT
+
+N, END = 60, 60_000
+STEPS = np.linspace(END / N, END, N).astype(int)
+rng = np.random.default_rng(0)
+
+
+def data(episodes=None, hp=None, **series) -> RunData:
+    metrics = {
+        k.replace("__", "/"): (STEPS.copy(), np.asarray(v, float)) for k, v in series.items()
+    }
+    return RunData("seed 0", metrics, episodes=episodes, hp=hp or {}, budget=END)
+
+
+def fired(d: RunData) -> dict:
+    return {f.rule: f for f in diagnose(d)}
+
+
+def learning_returns():
+    return np.linspace(20, 480, N) + rng.normal(0, 5, N)
+
+
+def flat_returns():
+    return 22 + rng.normal(0, 3, N)
+
+
+def test_every_rule_is_documented_with_its_threshold_and_source():
+    doc = (ROOT / "docs" / "doctor.md").read_text()
+    assert catalog_markdown() in doc, (
+        "docs/doctor.md is stale: python -m backflip.doctor.report --write docs/doctor.md"
+    )
+    for r in [*RULES, *SEED_RULES]:
+        assert r.threshold and r.source and r.cause and r.check_next, r.id
+
+
+def test_nonfinite_names_the_first_step_and_where_it_started():
+    reward = np.ones(N)
+    reward[10:] = np.nan
+    loss = np.ones(N)
+    loss[11:] = np.inf
+    f = fired(data(env__reward_mean=reward, train__value_loss=loss))["nonfinite"]
+    assert f.severity == "error" and f.step == STEPS[10] and f.metric == "env/reward_mean"
+    assert "the environment" in f.message and f"{STEPS[10]:,}" in f.message
+
+
+def test_entropy_flat_with_flat_return_is_an_error_but_not_when_learning():
+    ent = 0.99 + rng.normal(0, 0.003, N)
+    f = fired(data(train__entropy_norm=ent, rollout__ep_return_mean=flat_returns()))
+    assert f["entropy-flat"].severity == "error"
+    ok = fired(data(train__entropy_norm=ent, rollout__ep_return_mean=learning_returns()))
+    assert "entropy-flat" not in ok
+
+
+def test_entropy_collapse_early_with_low_return():
+    ent = np.r_[np.linspace(1, 0.01, 5), np.full(N - 5, 0.01)]
+    f = fired(data(train__entropy_norm=ent, rollout__ep_return_mean=9 + rng.normal(0, 0.3, N)))
+    assert f["entropy-collapse"].severity == "error" and f["entropy-collapse"].step <= 0.2 * END
+    late = np.r_[np.linspace(1, 0.3, N - 5), np.full(5, 0.01)]  # falls late: not "premature"
+    assert "entropy-collapse" not in fired(
+        data(train__entropy_norm=late, rollout__ep_return_mean=flat_returns())
+    )
+
+
+def test_entropy_oscillation_counts_large_reversals_only():
+    assert reversals(np.array([1, 0.8, 0.6, 0.4, 0.2]), 0.2) == 0
+    assert reversals(np.array([1, 0.5, 1, 0.5, 1, 0.5]), 0.2) == 4
+    swings = 0.5 + 0.3 * np.sign(np.sin(np.arange(N) / 2))
+    assert "entropy-oscillation" in fired(data(train__entropy_norm=swings))
+    noisy_decline = np.linspace(1, 0.3, N) + rng.normal(0, 0.04, N)
+    assert "entropy-oscillation" not in fired(data(train__entropy_norm=noisy_decline))
+
+
+def test_kl_rules():
+    kl = np.full(N, 0.01)
+    assert not {"kl-negative", "kl-large"} & set(fired(data(train__approx_kl=kl)))
+    neg = kl.copy()
+    neg[20] = -0.02
+    assert fired(data(train__approx_kl=neg))["kl-negative"].step == STEPS[20]
+    tiny = kl.copy()
+    tiny[20] = -1e-9  # float rounding of a ~0 KL is not a bug
+    assert "kl-negative" not in fired(data(train__approx_kl=tiny))
+    blow = kl.copy()
+    blow[1] = 5.0
+    assert fired(data(train__approx_kl=blow))["kl-large"].severity == "error"
+    one_spike = kl.copy()
+    one_spike[30] = 1.2
+    assert fired(data(train__approx_kl=one_spike))["kl-large"].severity == "info"
+    assert fired(data(train__approx_kl=np.full(N, 0.2)))["kl-large"].severity == "warning"
+
+
+def test_explained_variance_ignores_fitted_constant_targets():
+    ev = rng.normal(-0.02, 0.05, N)
+    assert fired(data(train__explained_var=ev))["explained-variance"].severity == "error"
+    healthy = np.r_[np.linspace(0, 0.95, 20), rng.normal(-1, 1, N - 20)]  # targets all 50
+    vloss = np.r_[np.full(20, 5.0), np.full(N - 20, 1e-6)]
+    assert "explained-variance" not in fired(
+        data(
+            train__explained_var=healthy,
+            train__value_loss=vloss,
+            rollout__return_target_mean=np.full(N, 50.0),
+        )
+    )
+
+
+def test_scale_rules():
+    f = fired(data(env__reward_min=np.full(N, 1000.0), env__reward_max=np.full(N, 1000.0)))
+    assert f["reward-scale"].severity == "warning"
+    sb3_style = data(rollout__ep_return_mean=np.full(N, 2e4), rollout__ep_len_mean=np.full(N, 20.0))
+    assert "reward-scale" in fired(sb3_style)
+    assert "value-scale" in fired(data(rollout__return_target_absmax=np.full(N, 5e4)))
+    assert "value-scale" not in fired(data(rollout__return_target_absmax=np.full(N, 50.0)))
+    obs = data(env__obs_absmean_max=np.full(N, 500.0))
+    assert fired(obs)["obs-scale"].severity == "warning"
+    normalized = data(env__obs_absmean_max=np.full(N, 500.0), hp={"norm_obs": True})
+    assert fired(normalized)["obs-scale"].severity == "info"
+
+
+def test_value_sign_against_reward_sign():
+    d = data(
+        env__reward_min=np.zeros(N),
+        env__reward_max=np.ones(N),
+        rollout__value_mean=np.full(N, -3.0),
+    )
+    assert "value-sign" in fired(d)
+    d.metrics["rollout/value_mean"] = (STEPS, np.full(N, 3.0))
+    assert "value-sign" not in fired(d)
+
+
+def test_throughput_decline_needs_a_steady_fall_in_cpu_time():
+    falling = 4000 / (1 + np.arange(N) / 20) * (1 + rng.normal(0, 0.02, N))
+    f = fired(data(time__sps_cpu=falling, time__sps=falling))["throughput-decline"]
+    assert f.severity == "warning" and f.metric == "time/sps_cpu"
+    bump = np.full(N, 4000.0)
+    bump[25:40] = 1500  # the machine got busy for a while
+    assert "throughput-decline" not in fired(data(time__sps_cpu=bump, time__sps=bump))
+    busy = fired(data(time__sps_cpu=np.full(N, 4000.0), time__sps=falling))
+    assert busy["throughput-decline"].severity == "info"  # wall clock only: contention
+
+
+def test_memory_growth_and_update_size():
+    rss = np.linspace(300, 1500, N)
+    assert "memory-growth" in fired(data(sys__rss_mb=rss))
+    assert "memory-growth" not in fired(data(sys__rss_mb=np.full(N, 300.0)))
+    f = fired(data(train__update_ratio=np.full(N, 1e-8)))["update-size"]
+    assert "too small" in f.message
+
+
+def test_q_divergence_uses_the_discounted_bound():
+    d = data(
+        hp={"gamma": 0.99},
+        env__reward_min=np.ones(N),
+        env__reward_max=np.ones(N),
+        train__q_mean=np.geomspace(1, 1e5, N),
+    )
+    assert fired(d)["q-divergence"].severity == "error"
+    d.metrics["train/q_mean"] = (STEPS, np.linspace(1, 95, N))
+    assert "q-divergence" not in fired(d)
+
+
+def test_exploration_rules():
+    assert "epsilon-stuck" in fired(data(train__epsilon=np.ones(N)))
+    assert "epsilon-stuck" not in fired(data(train__epsilon=np.linspace(1, 0.05, N)))
+    alpha = np.r_[1.0, np.full(N - 1, 1e-5)]
+    assert "alpha-collapse" in fired(data(train__alpha=alpha))
+    assert "action-saturation" in fired(data(env__action_clip_frac=np.full(N, 0.95)))
+
+
+def test_episode_length_rules():
+    lens = np.r_[np.full(10, 22.0), np.full(N - 10, 9.0)]
+    d = data(
+        rollout__ep_len_mean=lens, rollout__ep_len_min=np.full(N, 8.0), rollout__ep_return_mean=lens
+    )
+    assert "ep-len-collapse" in fired(d)
+    const = data(rollout__ep_len_min=np.full(N, 200.0), rollout__ep_len_max=np.full(N, 200.0))
+    assert fired(const)["ep-len-constant"].severity == "info"
+
+
+def test_progress_on_episodes_and_on_a_logged_mean():
+    steps = np.arange(1, 2001) * 30
+    learn = RunData(
+        "s", {}, episodes=(steps, np.linspace(20, 500, 2000), np.ones(2000)), budget=60_000
+    )
+    assert progress(learn).improved and progress(learn).basis == "episodes"
+    flat = RunData(
+        "s", {}, episodes=(steps, rng.normal(22, 10, 2000), np.ones(2000)), budget=60_000
+    )
+    assert not progress(flat).improved
+    assert progress(data(rollout__ep_return_mean=learning_returns())).improved
+    assert not progress(data(rollout__ep_return_mean=flat_returns())).improved
+
+
+def test_preference_rules():
+    labels = np.r_[np.full(30, 2.0), np.zeros(N - 30)]
+    f = fired(data(prefs__labels_per_s=labels))["prefs-starved"]
+    assert f.severity == "error" and f.step == STEPS[29]
+    done = data(prefs__labels_per_s=labels, prefs__label_debt=np.zeros(N))
+    assert "prefs-starved" not in fired(done)  # the schedule asked for no more
+    owed = data(prefs__labels_per_s=labels, prefs__label_debt=np.linspace(0, 40, N))
+    assert "prefs-starved" in fired(owed)
+    assert "reward-model-fit" in fired(data(reward_model__val_train_loss_ratio=np.full(N, 2.5)))
+    corr = np.r_[np.linspace(0.2, 0.9, 30), np.linspace(0.9, 0.3, N - 30)]
+    assert "reward-model-corr" in fired(data(reward_model__return_corr=corr))
+
+
+def test_seed_rules_on_one_success_in_three():
+    rahtz = SeedSet(
+        ["seed 0", "seed 1", "seed 2"],
+        np.array([20.0, 495.0, 25.0]),
+        21.0,
+        None,
+        "greedy evaluation",
+    )
+    hit = seed_success(rahtz)
+    assert hit.severity == "warning" and "1 of 3" in hit.seen
+    assert seed_bimodal(rahtz) is not None
+    healthy = SeedSet(["a", "b", "c"], np.array([480.0, 500.0, 495.0]), 21.0, 475.0, "eval")
+    assert seed_success(healthy).severity == "info" and seed_bimodal(healthy) is None
+    assert seed_spread(healthy) is None
+    spread = SeedSet(["a", "b", "c", "d"], np.array([100.0, 250.0, 400.0, 500.0]), 20.0, None, "e")
+    assert seed_spread(spread) is not None and seed_bimodal(spread) is None
+
+
+def test_summary_groups_a_rule_across_seeds():
+    findings = []
+    for seed in (0, 1, 2):
+        d = data(train__approx_kl=np.r_[5.0, np.full(N - 1, 0.01)])
+        d.label = f"seed {seed}"
+        findings += [f.to_dict() for f in diagnose(d)]
+    lines = summary_lines(findings, "RUN")
+    assert lines[0].startswith("doctor: 3 errors") and "backflip doctor RUN" in lines[0]
+    assert any("kl-large [seeds 0, 1, 2]" in line for line in lines)
+
+
+def test_a_rule_that_crashes_becomes_an_info_finding(monkeypatch):
+    from backflip.doctor import findings as fmod
+
+    broken = fmod.Rule("broken", "-", (), "t", "c", "n", "s", False, lambda d: 1 / 0)
+    monkeypatch.setattr(fmod, "RULES", [*fmod.RULES, broken])
+    monkeypatch.setattr("backflip.doctor.RULES", fmod.RULES)
+    out = diagnose(data(train__approx_kl=np.full(N, 0.01)))
+    assert [f.rule for f in out] == ["doctor-error"] and "ZeroDivisionError" in out[0].message

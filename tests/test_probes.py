@@ -1,0 +1,127 @@
+"""Jones's probes: PPO passes them, and each probe catches the bug it is meant for.
+
+Each bug is injected with a test-only monkeypatch into PPO (the probes train in-process), and the
+test asserts that the right probe fails while a probe that does not depend on the broken part
+still passes.
+"""
+
+import json
+
+import pytest
+import torch
+
+from backflip.algos import common, ppo
+from backflip.doctor.audits import audit_obs_normalizer, audit_reward_scaler
+from backflip.doctor.probes import PROBE_GAMMA, run_probe
+from backflip.normalize import RewardScaler
+
+
+def probe(k, box=False):
+    return run_probe("ppo", k, box, seed=0)
+
+
+def test_probe_1_passes_with_a_correct_value_function():
+    r = probe(1)
+    assert r.passed, [c.text() for c in r.checks]
+    assert r.checks[0].name == "V(0)" and abs(r.checks[0].measured - 1.0) < 0.05
+
+
+@pytest.mark.slow
+def test_ppo_passes_every_probe_within_a_minute(cli):
+    # cost: ~40 s on an idle 2-core machine (10 probes)
+    proc = cli("probe", "ppo", "--json")
+    out = json.loads(proc.stdout)
+    failed = [p for p in out["probes"] if not p["passed"]]
+    assert out["passed"] and not failed, failed
+    assert len(out["probes"]) == 10  # discrete and Box
+    assert all(a["passed"] for a in out["audits"])
+    probe3 = next(p for p in out["probes"] if p["probe"] == 3 and p["kind"] == "discrete")
+    v0 = next(c for c in probe3["checks"] if c["name"] == "V(0)")
+    assert v0["expected"] == PROBE_GAMMA and "V(0) = 0.50 (expected 0.50 ± 0.10)" in v0["text"]
+
+
+@pytest.mark.slow
+def test_discount_applied_twice_fails_probe_3_only(monkeypatch):
+    def gae_discounting_twice(r, v, nv, term, done, gamma, lam):
+        return common.gae(r, v, nv, term, done, gamma * gamma, lam)
+
+    monkeypatch.setattr(ppo, "gae", gae_discounting_twice)
+    assert probe(1).passed  # one-step episodes: no discounting involved
+    r = probe(3)
+    assert r.passed is False
+    v0 = next(c for c in r.checks if c.name == "V(0)")
+    assert not v0.passed and abs(v0.measured - PROBE_GAMMA**2) < 0.1
+
+
+@pytest.mark.slow
+def test_advantage_sign_flipped_fails_probe_4_but_not_the_value_probes(monkeypatch):
+    def gae_flipped(*args):
+        adv, ret = common.gae(*args)
+        return -adv, ret
+
+    monkeypatch.setattr(ppo, "gae", gae_flipped)
+    assert probe(1).passed
+    r = probe(4)
+    assert r.passed is False
+    action = next(c for c in r.checks if c.name == "action(0)")
+    assert not action.passed and action.measured == 1.0
+    box = probe(4, box=True)
+    assert box.passed is False and box.checks[0].measured < 0.4
+
+
+@pytest.mark.slow
+def test_no_gradient_through_the_value_head_fails_probe_1(monkeypatch):
+    forward = ppo.ActorCritic.forward
+
+    def detached_value(self, obs):
+        out, value = forward(self, obs)
+        return out, value.detach()
+
+    monkeypatch.setattr(ppo.ActorCritic, "forward", detached_value)
+    r = probe(1)
+    assert r.passed is False and abs(r.checks[0].measured - 1.0) > 0.5
+
+
+@pytest.mark.slow
+def test_value_net_blind_to_its_input_fails_probe_2_not_probe_1(monkeypatch):
+    def blind_value(self, obs):
+        h = self.trunk(obs)
+        return self.pi(h), self.v(torch.zeros_like(h)).squeeze(-1)
+
+    monkeypatch.setattr(ppo.ActorCritic, "forward", blind_value)
+    assert probe(1).passed
+    r = probe(2)
+    assert r.passed is False
+    assert all(abs(c.measured) < 0.5 for c in r.checks)  # stuck at the mean, 0
+
+
+@pytest.mark.slow
+def test_observations_misaligned_across_the_batch_fail_probe_5_not_probe_4(monkeypatch):
+    def shifted_policy(self, obs):
+        h = self.trunk(obs)
+        return self.pi(h.roll(1, 0)), self.v(h).squeeze(-1)  # row i acts on row i-1's obs
+
+    monkeypatch.setattr(ppo.ActorCritic, "forward", shifted_policy)
+    assert probe(4).passed
+    assert probe(5).passed is False
+
+
+def test_normalizer_audits_pass_on_backflips_normalizers():
+    assert all(a.passed for a in audit_reward_scaler() + audit_obs_normalizer())
+
+
+def test_reward_audit_catches_a_shifted_or_never_reset_normalizer():
+    class Shifting(RewardScaler):  # subtracts the running mean of rewards
+        def __call__(self, reward, done, valid=None):
+            self.rms.update(reward)
+            return (reward - self.rms.mean) / (self.rms.std + 1e-8)
+
+    class NeverReset(RewardScaler):  # the return accumulator leaks across episodes
+        def __call__(self, reward, done, valid=None):
+            return super().__call__(reward, done & False, valid)
+
+    shifted = {a.name: a.passed for a in audit_reward_scaler(Shifting)}
+    assert shifted["scales, never shifts"] is False
+    leaking = {a.name: a.passed for a in audit_reward_scaler(NeverReset)}
+    assert leaking["restarts the return at episode ends"] is False
+    assert leaking["scales, never shifts"] is True
