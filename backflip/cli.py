@@ -13,7 +13,19 @@ from backflip import __version__
 from backflip.errors import UserError
 
 # Subcommand modules, in the order `backflip --help` lists them.
-COMMANDS = ["train", "runs", "show", "rerun"]
+COMMANDS = [
+    "train",
+    "runs",
+    "show",
+    "rerun",
+    "resume",
+    "compare",
+    "diff",
+    "sweep",
+    "ablate",
+    "plan",
+    "bench",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -54,6 +54,25 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], envs, episodes: int, seed:
     return ret, length
 
 
+def count_params(state: dict) -> int:
+    """Trainable parameters in an algorithm's `state()`: the tensors of its networks' state dicts,
+    not counting optimizer state, target networks (copies) or buffers and statistics.
+    Convention (docs/experiments.md): networks are stored under keys that do not start with
+    `target`, `opt`, `replay`, `buffer`, or end in `_norm`/`_scaler`."""
+    skip_prefix = ("target", "opt", "replay", "buffer")
+    total = 0
+    for key, value in state.items():
+        if key.startswith(skip_prefix) or key.endswith(("_norm", "_scaler")):
+            continue
+        if (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(v, torch.Tensor) for v in value.values())
+        ):
+            total += sum(v.numel() for v in value.values() if v.is_floating_point())
+    return int(total)
+
+
 class SeedRun:
     """One seed of one run: budget, env, telemetry, evaluation, checkpoints, stop flag."""
 
@@ -180,6 +199,7 @@ class SeedRun:
             "seed": self.seed,
             "config": self.cfg.to_dict(),
             "state": state,
+            "telemetry": self.tel.state(),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "numpy": np.random.get_state(),
@@ -192,6 +212,26 @@ class SeedRun:
         self.result["checkpoint"] = str(path)
         return path
 
+    def restore(self, checkpoint: dict) -> None:
+        """Continue from a checkpoint written by `save_checkpoint` (`backflip resume`).
+
+        Sets `restored` (the algorithm's `state()` dict) and `start_step`, and puts back what
+        SeedRun itself owns: the global RNG states, the telemetry's episode window and clock, and
+        the evaluation and checkpoint schedules. The algorithm restores the rest from `restored`
+        (see docs/experiments.md, "What an algorithm must put in state()").
+        """
+        self.restored, self.start_step = checkpoint["state"], int(checkpoint["step"])
+        self.step = self.start_step
+        rng = checkpoint["rng"]
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        self.tel.restore(checkpoint.get("telemetry"), self.start_step)
+        if self.opts.eval_every:
+            self._next_eval = self.opts.eval_every * (self.start_step // self.opts.eval_every + 1)
+        self._next_ckpt = self._ckpt_every * (self.start_step // self._ckpt_every + 1)
+        self.result["resumed_from_step"] = self.start_step
+
     def finish(self, step: int, act: Callable[[np.ndarray], np.ndarray], state: dict) -> None:
         """End of training: final greedy evaluation (skipped if stopping), row, final checkpoint."""
         self.step = step
@@ -200,8 +240,9 @@ class SeedRun:
             self.tel.dump(step)
         self.save_checkpoint(step, state, name="final.pt")
         self.result["steps"] = step
+        self.result["params"] = count_params(state)
         train_time = time.perf_counter() - self.t_start - self.eval_time
-        self.result["sps"] = step / train_time if train_time > 0 else 0.0
+        self.result["sps"] = (step - self.start_step) / train_time if train_time > 0 else 0.0
 
     def close(self) -> None:
         self.tel.close()

@@ -28,7 +28,7 @@ from torch import nn
 
 from backflip.algos.common import Agent, explained_variance, gae
 from backflip.config import TrainConfig
-from backflip.envs import make_vec
+from backflip.envs import make_vec, restore_envs, snapshot_envs
 from backflip.nets import (
     categorical_logp_entropy,
     categorical_sample,
@@ -135,6 +135,19 @@ PRESETS = {
     },
 }
 
+# Design choices `backflip ablate` can turn off: name -> the settings that turn it off.
+ABLATIONS = {
+    "obs_norm": {"norm_obs": False},
+    "adv_norm": {"norm_adv": False},
+    "value_clip": {"clip_vloss": False},
+    "reward_scale": {"scale_reward": False},
+    "lr_anneal": {"anneal_lr": False},
+    "clip_anneal": {"anneal_clip": False},
+    "grad_clip": {"max_grad_norm": 0.0},
+    "kl_stop": {"target_kl": 0.0},
+    "entropy_bonus": {"ent_coef": 0.0},
+}
+
 
 class ActorCritic(nn.Module):
     """Separate policy and value MLPs (a shared CNN trunk for image observations)."""
@@ -227,6 +240,9 @@ def train(cfg: Config, run: SeedRun) -> None:
             "obs_norm": obs_norm.state_dict() if obs_norm else None,
             "reward_scaler": rew_scaler.state_dict() if rew_scaler else None,
             "iteration": it,
+            # the envs mid-episode and the loop's carried variables: an exact resume
+            "envs": snapshot_envs(envs),
+            "loop": {"obs": obs, "prev_done": prev_done, "ep_ret": ep_ret, "ep_len": ep_len},
         }
 
     it, step = 0, 0
@@ -249,9 +265,15 @@ def train(cfg: Config, run: SeedRun) -> None:
     raw_obs = np.zeros((T, N, *obs_space.shape), np.float32) if diag else None
     raw_rew = np.zeros((T, N), np.float64)
 
-    ep_ret, ep_len = np.zeros(N), np.zeros(N, np.int64)
-    obs, _ = envs.reset(seed=run.env_seed + step)
-    prev_done = np.zeros(N, bool)
+    if run.restored and run.restored.get("envs"):  # continue the episodes in progress
+        envs.close()
+        envs = restore_envs(run.restored["envs"])
+        loop = run.restored["loop"]
+        obs, prev_done, ep_ret, ep_len = (loop[k] for k in ("obs", "prev_done", "ep_ret", "ep_len"))
+    else:  # a fresh start (or a resume whose envs could not be saved: they restart)
+        ep_ret, ep_len = np.zeros(N), np.zeros(N, np.int64)
+        obs, _ = envs.reset(seed=run.env_seed + step)
+        prev_done = np.zeros(N, bool)
     iterations = max(1, run.steps // (N * T))
     while it < iterations and not run.stopping:
         it += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from backflip.commands import add_home, print_json
+from backflip.commands import add_backend, add_home, print_json
 
 
 def register(sub) -> None:
@@ -40,6 +40,7 @@ def register(sub) -> None:
         dest="sets",
         help="override a setting (repeatable); see `backflip train ALGO --env E --list-keys`",
     )
+    add_backend(p)
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
     p.add_argument("-m", "--message", default="", help="the question this run is meant to answer")
     p.add_argument("--tag", action="append", default=[], help="label the run (repeatable)")
@@ -103,6 +104,8 @@ def run(args) -> int:
         not args.no_progress,
         tags=args.tag,
         as_json=args.json,
+        backend=args.backend,
+        address=args.address,
     )
 
 
@@ -116,6 +119,8 @@ def execute(
     rerun_of=None,
     tags=None,
     as_json=False,
+    backend="local",
+    address=None,
 ) -> int:
     """Validate, launch, summarize: shared by `train` and `rerun`."""
     from backflip.algos import get_algo
@@ -125,6 +130,7 @@ def execute(
 
     spec = get_algo(cfg.algo)
     check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+    check_backend(backend, address)
 
     def created(run_dir):
         print(
@@ -143,6 +149,8 @@ def execute(
         rerun_of=rerun_of,
         tags=tags,
         on_created=created,
+        backend=backend,
+        address=address,
     )
     if as_json:
         print_json(record)
@@ -150,6 +158,19 @@ def execute(
         print(run_summary(record))
         print(f"archived in {record['dir']} — details: backflip show {record['id']}")
     return {"finished": 0, "interrupted": 130}.get(record["status"], 1)
+
+
+def check_backend(backend: str, address: str | None) -> None:
+    """A clear message before anything is archived: ray missing, or --address without ray."""
+    from backflip.errors import UserError
+
+    if address and backend != "ray":
+        raise UserError("--address is for --backend ray")
+    if backend == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise UserError("--backend ray needs Ray: pip install 'backflip[ray]'")
 
 
 def list_keys(cfg) -> int:
