@@ -109,6 +109,7 @@ class SeedRun:
         # continues counting from `start_step`.
         self.restored: dict | None = None
         self.start_step = 0
+        self._rng: dict | None = None  # the checkpoint's RNG states until restore_rng()
         seed_everything(seed)
 
     @property
@@ -120,6 +121,12 @@ class SeedRun:
 
     def log(self, step: int) -> dict:
         """Write one metrics row for `step` (telemetry, NaN check, live doctor, progress)."""
+        if self._rng is not None:
+            self._rng = None
+            self.warn(
+                f"resume: {self.cfg.algo} did not call run.restore_rng(); this resumed seed "
+                "will not match an uninterrupted one"
+            )
         self.step = step
         return self.tel.dump(step)
 
@@ -189,6 +196,8 @@ class SeedRun:
     def save_checkpoint(self, step: int, state: dict, name: str | None = None) -> Path | None:
         if self.out_dir is None:
             return None
+        # metrics first: a checkpoint on disk promises every row up to its step is too (resume)
+        self.tel.flush()
         folder = self.out_dir / "checkpoints"
         folder.mkdir(exist_ok=True)
         path = folder / (name or f"step_{step:09d}.pt")
@@ -218,19 +227,25 @@ class SeedRun:
         Sets `restored` (the algorithm's `state()` dict) and `start_step`, and puts back what
         SeedRun itself owns: the global RNG states, the telemetry's episode window and clock, and
         the evaluation and checkpoint schedules. The algorithm restores the rest from `restored`
-        (see docs/experiments.md, "What an algorithm must put in state()").
+        (see docs/experiments.md, "What an algorithm must put in state()") and then calls
+        `restore_rng()`.
         """
         self.restored, self.start_step = checkpoint["state"], int(checkpoint["step"])
         self.step = self.start_step
-        rng = checkpoint["rng"]
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
+        self._rng = checkpoint["rng"]
         self.tel.restore(checkpoint.get("telemetry"), self.start_step)
         if self.opts.eval_every:
             self._next_eval = self.opts.eval_every * (self.start_step // self.opts.eval_every + 1)
         self._next_ckpt = self._ckpt_every * (self.start_step // self._ckpt_every + 1)
         self.result["resumed_from_step"] = self.start_step
+
+    def restore_rng(self) -> None:
+        """Put back the checkpoint's global RNG states (torch, NumPy, Python). An algorithm calls
+        this at the end of its restore block: building its networks consumed random numbers."""
+        torch.set_rng_state(self._rng["torch"])
+        np.random.set_state(self._rng["numpy"])
+        random.setstate(self._rng["python"])
+        self._rng = None
 
     def finish(self, step: int, act: Callable[[np.ndarray], np.ndarray], state: dict) -> None:
         """End of training: final greedy evaluation (skipped if stopping), row, final checkpoint."""

@@ -254,6 +254,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         if rew_scaler:
             rew_scaler.load_state_dict(run.restored["reward_scaler"])
         it, step = run.restored["iteration"], run.start_step
+        run.restore_rng()  # last: building the networks above drew random numbers
 
     # Rollout storage. `valid[t]` is False on the autoreset step that follows an episode end.
     obs_buf = torch.zeros((T, N, *obs_space.shape), dtype=torch.float32)
