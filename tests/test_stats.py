@@ -2,14 +2,13 @@
 
 import numpy as np
 import pytest
-
-pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # arch's RandomState notice
+from rliable import library as rly  # a test dependency (extra: test)
+from rliable import metrics as rly_metrics
 
 from backflip import stats
 from backflip.curves import aggregate_curves
 
-from rliable import library as rly  # a test dependency (extra: test)
-from rliable import metrics as rly_metrics
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # arch's RandomState notice
 
 REPS = 20_000
 
