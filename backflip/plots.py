@@ -74,37 +74,41 @@ def comparison_figure(sides: list[dict], path: str | Path, metric: str = "return
     return path
 
 
-def sensitivity_figure(table: list[dict], base: dict, path: str | Path, title: str) -> Path:
-    """One panel per hyperparameter: IQM [95% CI] of the final score at each value tried, the
-    default's band in grey, fragile values in red.
+def sensitivity_figure(panels: dict, base: dict, path: str | Path, title: str) -> Path:
+    """One panel per hyperparameter (or switch): IQM [95% CI] of the final score at each value
+    tried, in order, the default in black over a grey band of its CI; fragile values in red.
 
-    `table`: rows {"key", "value", "summary", "flag"}; `base`: the default run's summary.
+    `panels`: {key: [{"value", "summary", "flag", "default": bool}]}; `base`: the default's
+    summary.
     """
     plt = _pyplot()
-    keys = list(dict.fromkeys(r["key"] for r in table))
     fig, axes = plt.subplots(
-        1, len(keys), figsize=(3.6 * len(keys) + 0.6, 3.6), squeeze=False, constrained_layout=True
+        1,
+        len(panels),
+        figsize=(3.4 * len(panels) + 0.8, 3.6),
+        squeeze=False,
+        constrained_layout=True,
     )
-    for ax, key in zip(axes[0], keys, strict=True):
-        rows = [r for r in table if r["key"] == key]
-        if base.get("n"):
+    colors = {"fragile": "#d62728", "helps": "#d62728", "better": "#2ca02c", "hurts": "#2ca02c"}
+    for ax, (key, points) in zip(axes[0], panels.items(), strict=True):
+        if base.get("n") and np.isfinite(base.get("ci_low", np.nan)):
             ax.axhspan(base["ci_low"], base["ci_high"], color="grey", alpha=0.2, lw=0)
-            ax.axhline(base["iqm"], color="grey", lw=1, label="default (IQM, 95% CI)")
-        for j, r in enumerate(rows):
-            s = r["summary"]
+        for j, pt in enumerate(points):
+            s = pt["summary"]
             if not s.get("n"):
                 continue
-            color = {"fragile": "#d62728", "better": "#2ca02c"}.get(r["flag"], "#1f77b4")
+            color = "black" if pt["default"] else colors.get(pt["flag"], "#1f77b4")
             err = None
             if np.isfinite(s.get("ci_low", np.nan)):
                 err = [[s["iqm"] - s["ci_low"]], [s["ci_high"] - s["iqm"]]]
             ax.errorbar(j, s["iqm"], yerr=err, fmt="o", color=color, capsize=4)
-        ax.set_xticks(range(len(rows)), [_short(r["value"]) for r in rows], fontsize=8)
+        labels = [_short(p["value"]) + ("\n(default)" if p["default"] else "") for p in points]
+        ax.set_xticks(range(len(points)), labels, fontsize=8)
+        ax.set_xlim(-0.5, len(points) - 0.5)
         ax.set_title(key, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("final greedy evaluation return")
-    axes[0][0].legend(fontsize=7, loc="lower left")
-    fig.suptitle(title, fontsize=10)
+    axes[0][0].set_ylabel("final greedy eval return: IQM, 95% CI")
+    fig.suptitle(title + "   (red: worse than the default with confidence)", fontsize=10)
     path = Path(path)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -260,7 +260,7 @@ def format_diff(report: dict, full: bool = False) -> str:
     ):
         lo, hi = m["a_band"]
         lines.append(
-            f"  {m['metric']}: step {m['first_step']:,} (A [{lo:.4g}, {hi:.4g}], B {m['b_value']:.4g});"
+            f"  {m['metric']}: step {m['first_step']:,} (A [{lo:.6g}, {hi:.6g}], B {m['b_value']:.6g});"
             f" outside on {100 * m['fraction_outside']:.0f}% of {m['steps_compared']} steps"
         )
     if same:

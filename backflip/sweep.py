@@ -210,7 +210,12 @@ def run_study(
         "env": base.env_id,
         "seeds": base.seeds,
         "steps": base.steps,
-        "base": {"label": "default", "run": records[0]["id"], "finals": _finals(records[0])},
+        "base": {
+            "label": "default",
+            "run": records[0]["id"],
+            "finals": _finals(records[0]),
+            "values": {k: base.flat()[k] for v in variants for k in v["overrides"]},
+        },
         "variants": [
             {**v, "run": r["id"], "finals": _finals(r)}
             for v, r in zip(variants, records[1:], strict=True)
@@ -254,16 +259,37 @@ def save_study(home: Path, study: dict, plot: bool = True) -> dict:
             f"{study['kind']} {study['id']}: {study['algo']} on {study['env']}, "
             f"{len(study['seeds'])} seeds × {study['steps']:,} steps"
         )
-        rows = [
-            {"key": v["key"], "value": v["value"] if study["kind"] == "sweep" else "off"}
-            | {"summary": v["summary"], "flag": v["flag"]}
-            for v in study["variants"]
-        ]
         study["plot"] = str(
-            sensitivity_figure(rows, study["base"]["summary"], folder / f"{study['id']}.png", title)
+            sensitivity_figure(
+                panels(study), study["base"]["summary"], folder / f"{study['id']}.png", title
+            )
         )
     write_json(folder / f"{study['id']}.json", study)
     return study
+
+
+def panels(study: dict) -> dict:
+    """{hyperparameter or switch: the points of its plot panel, default included, in order}."""
+    base = study["base"]
+    out: dict[str, list] = {}
+    for v in study["variants"]:
+        pt = {"value": v["value"], "summary": v["summary"], "flag": v["flag"], "default": False}
+        if study["kind"] == "ablate":
+            pt["value"] = "off"
+        out.setdefault(v["key"], []).append(pt)
+    for key, points in out.items():
+        default = {"summary": base["summary"], "flag": "", "default": True}
+        if study["kind"] == "ablate":
+            points.insert(0, {**default, "value": "on"})
+        elif key == "grid":
+            points.insert(0, {**default, "value": "default"})
+        else:
+            points.append({**default, "value": base["values"][key]})
+            try:
+                points.sort(key=lambda p: float(p["value"]))
+            except (TypeError, ValueError):
+                pass
+    return out
 
 
 def format_study(study: dict) -> str:
