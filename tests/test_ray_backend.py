@@ -143,3 +143,60 @@ def test_four_seeds_on_a_ray_cluster_are_archived_exactly_like_local_ones(ray_cl
         ).stdout
     )
     assert shown["backend"]["name"] == "ray"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_ray_seeds_at_a_checkpoint_and_resume_finishes_them(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    home = tmp_path / "archive"
+    run_env = {**cli_env(home), "HOME": env["HOME"], "RAY_TMPDIR": env["RAY_TMPDIR"]}
+    args = ["train", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--steps", "40960"]
+    args += ["--set", "epochs=2", "--no-progress", "--backend", "ray", "--address", address]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=run_env,
+        cwd=ROOT,
+    )
+    run_dir = home / proc.stdout.readline().split()[1].rstrip(":")
+    metrics = run_dir / "seeds" / "0" / "metrics.csv"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not metrics.exists() or metrics.stat().st_size < 20_000):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    record = load_run(run_dir)
+    assert record["status"] == "interrupted"
+    for s in record["seeds"]:
+        assert s["status"] == "interrupted" and 0 < s["steps"] < 40960
+        assert (run_dir / "seeds" / str(s["seed"]) / "checkpoints" / "final.pt").exists()
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backflip",
+            "resume",
+            str(run_dir),
+            "--no-progress",
+            "--backend",
+            "ray",
+            "--address",
+            address,
+        ],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    record = load_run(run_dir)
+    assert record["status"] == "finished" and all(s["steps"] == 40960 for s in record["seeds"])
+
+
+def test_address_without_the_ray_backend_is_refused_in_one_line(cli):
+    proc = cli("train", "ppo", "--env", "CartPole-v1", "--address", "1.2.3.4:6379", check=False)
+    assert proc.returncode == 2 and "--address is for --backend ray" in proc.stderr
