@@ -102,7 +102,9 @@ def run_battery(
     backend="local",
     address=None,
 ) -> dict:
+    from backflip.algos import get_algo
     from backflip.config import resolve
+    from backflip.envs import check_supported
     from backflip.launch import launch_runs
     from backflip.runs.provenance import git_state
 
@@ -111,13 +113,23 @@ def run_battery(
     if not pairs:
         raise UserError("no algorithm defines a reference env (BENCHMARKS or PRESETS)")
     bid = new_run_id()
-    cfgs = []
+    cfgs, runnable, skipped = [], [], []
     for algo, env, steps in pairs:
         budget = max(1, steps // QUICK_FRACTION) if quick else steps
         try:
-            cfgs.append(resolve(algo, env, list(range(seeds)), budget, set_values=overrides))
+            cfg = resolve(algo, env, list(range(seeds)), budget, set_values=overrides)
         except UserError as e:
             raise UserError(f"{algo} on {env}: {e}") from None
+        try:  # e.g. an env whose optional extra is not installed here
+            check_supported(algo, get_algo(algo).action_spaces, env, cfg.env)
+        except UserError as e:
+            skipped.append(f"{algo}:{env}: {e}")
+            continue
+        cfgs.append(cfg)
+        runnable.append((algo, env, steps))
+    pairs = runnable
+    if not pairs:
+        raise UserError("no benchmark pair can run here: " + "; ".join(skipped))
     tag = f"bench:{bid}"
     started = time.time()
     records = launch_runs(
@@ -143,6 +155,7 @@ def run_battery(
         "commit": code.get("commit"),
         "dirty": code.get("dirty"),
         "wall_s": time.time() - started,
+        "skipped": skipped,
         "entries": [
             {
                 "algo": a,
@@ -226,6 +239,8 @@ def format_battery(battery: dict) -> str:
     prev = battery.get("previous")
     lines = [head, f"compared with battery {prev}" if prev else "no previous battery to compare"]
     lines.append(markdown_table(battery))
+    for note in battery.get("skipped", []):
+        lines.append(f"skipped {note}")
     if battery["regressions"]:
         lines.append(
             f"REGRESSIONS (P(old > new) > {REGRESSION_POI} with its CI above 0.5): "

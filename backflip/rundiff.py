@@ -72,7 +72,8 @@ def _git_diff(root: str, a: str, b: str) -> tuple[str | None, str | None]:
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, f"git failed: {e}"
     if stat.returncode != 0:
-        return None, f"cannot diff in {root}: {stat.stderr.strip().splitlines()[-1:] or '?'}"
+        why = (stat.stderr.strip().splitlines() or ["?"])[-1]
+        return None, f"cannot diff in {root}: {why}"
     return stat.stdout, full.stdout
 
 
@@ -97,8 +98,10 @@ def code_changes(ra: dict, rb: dict, da: Path, db: Path) -> list[dict]:
         if not entry["same_commit"] and ga.get("commit") and gb.get("commit"):
             root = gb.get("root") or ga.get("root")
             stat, full = _git_diff(root, ga["commit"], gb["commit"])
-            entry["commit_diff_stat"] = stat
-            entry["commit_diff"] = full
+            if stat is None:  # the repository is gone or lacks a commit: say why
+                entry["commit_diff_error"] = full
+            else:
+                entry["commit_diff_stat"], entry["commit_diff"] = stat, full
         patch_a, patch_b = _read(da / patch_name) or "", _read(db / patch_name) or ""
         entry["same_patch"] = patch_a == patch_b
         if patch_a != patch_b:
@@ -234,11 +237,11 @@ def format_diff(report: dict, full: bool = False) -> str:
         lines.append(head)
         if c.get("commit_diff_stat"):
             lines += ["    " + ln for ln in c["commit_diff_stat"].rstrip().splitlines()]
-        elif not c["same_commit"] and c.get("commit_diff"):
-            lines.append(f"    ({c['commit_diff']})")
+        elif c.get("commit_diff_error"):
+            lines.append(f"    (no diff of the commits: {c['commit_diff_error']})")
         for key in ("commit_diff", "patch_diff") if full else ("patch_diff",):
             text = c.get(key)
-            if text and (key == "patch_diff" or c.get("commit_diff_stat")):
+            if text:
                 body = text.splitlines()
                 lines += ["    " + ln for ln in body[:MAX_DIFF_LINES]]
                 if len(body) > MAX_DIFF_LINES:

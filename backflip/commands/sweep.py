@@ -73,7 +73,7 @@ def launch_study(args, kind: str, make_variants) -> int:
     if not variants:
         from backflip.errors import UserError
 
-        raise UserError("nothing to run: every value listed is the default")
+        raise UserError("nothing to run: no variant differs from the default configuration")
     base, cfgs = build_configs(args.algo, args.env, seeds, args.steps, file_values, sets, variants)
     if not args.json:
         print(
