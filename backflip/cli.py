@@ -25,6 +25,11 @@ COMMANDS = [
     "ablate",
     "plan",
     "bench",
+    "ui",
+    "watch",
+    "note",
+    "journal",
+    "report",
 ]
 
 

@@ -39,12 +39,14 @@ class RunOptions:
     """greedy evaluation episodes at the end of training (and at each periodic evaluation)"""
     eval_every: int = 0
     """evaluate every this many env steps (0: only at the end)"""
+    target_return: float | None = None
+    """stop as soon as a periodic greedy evaluation reaches this mean return (None: use the budget)"""
     checkpoint_every: int = 0
     """write a checkpoint every this many env steps (0: a quarter of the budget)"""
     device: str = "cpu"
     """torch device: cpu or cuda"""
     video_every: int = 0
-    """record a greedy evaluation episode as MP4 every this many env steps (0: never)"""
+    """record a greedy episode as MP4 every this many env steps, and at the end (0: never)"""
     telemetry: bool = True
     """compute and write diagnostics (off only to measure what logging costs)"""
     log_every: float = 0.0
@@ -54,6 +56,7 @@ class RunOptions:
         _require(self.eval_episodes >= 1, "eval_episodes must be >= 1")
         _require(self.eval_every >= 0, "eval_every must be >= 0")
         _require(self.checkpoint_every >= 0, "checkpoint_every must be >= 0")
+        _require(self.video_every >= 0, "video_every must be >= 0")
         _require(
             self.device in ("cpu", "cuda") or self.device.startswith("cuda:"),
             f"device must be cpu or cuda[:N], got {self.device!r}",
@@ -78,10 +81,19 @@ class EnvOptions:
     """override the env's time limit (0: the env's own)"""
     frame_diff: bool = False
     """observe the difference between consecutive frames instead of the frame (Karpathy's trick)"""
+    atari: bool = True
+    """standard Atari preprocessing for ALE ids (noop/fire reset, skip 4 + max-pool, 84x84 gray)"""
+    frame_stack: int = 4
+    """Atari: frames stacked into one observation"""
+    episodic_life: bool = True
+    """Atari: a lost life ends the training episode (evaluation always plays whole games)"""
+    clip_reward: bool = True
+    """Atari: train on the sign of the reward (evaluation reports raw scores)"""
 
     def __post_init__(self):
         _require(self.max_episode_steps >= 0, "env.max_episode_steps must be >= 0")
         _require(self.slowdown >= 0, "env.slowdown must be >= 0")
+        _require(self.frame_stack >= 1, "env.frame_stack must be >= 1")
 
 
 @dataclass

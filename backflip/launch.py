@@ -146,7 +146,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
             signal.signal(signal.SIGINT, stop)
             signal.signal(signal.SIGTERM, stop)
         spec.train(cfg.hp, run)
-        status["status"] = "interrupted" if run.stopping else "finished"
+        status["status"] = "interrupted" if run.stopping and not run.solved else "finished"
     except KeyboardInterrupt:
         status["status"] = "interrupted"
     except NonFiniteError as e:
@@ -170,6 +170,9 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
                 status["final_eval_return"] = run.result["eval_return"]
                 status["final_eval_returns"] = run.result["eval_returns"]
         status["wall_s"] = time.perf_counter() - t0
+        # this process's CPU time (a forked seed starts from zero), for compute accounting
+        t = os.times()
+        status["cpu_s"] = t.user + t.system
         status["ended"] = now_iso()
         if status.get("traceback"):
             (folder / "traceback.txt").write_text(status["traceback"])
@@ -194,7 +197,10 @@ def _child(job: SeedJob, conn) -> None:
 
 def _context():
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "gymnasium", "backflip.seedrun", "backflip.algos.ppo"])
+    # torch._dynamo: imported by the first optimizer a seed builds (~2-5 s here); once, not per seed
+    ctx.set_forkserver_preload(
+        ["torch", "torch._dynamo", "gymnasium", "backflip.seedrun", "backflip.algos.ppo"]
+    )
     return ctx
 
 

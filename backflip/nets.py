@@ -75,6 +75,54 @@ def encoder(obs_shape: tuple[int, ...], hidden: tuple[int, ...], activation: str
     return nn.Identity(), int(np.prod(obs_shape))
 
 
+class ActorCritic(nn.Module):
+    """Separate policy and value MLPs on a shared encoder (PPO, A2C, VPG).
+
+    Vector observations: two MLPs with `hidden` layers. Images: a shared NatureCNN trunk with
+    linear policy and value heads on its features, as in the Atari papers (Mnih et al. 2016).
+    Discrete actions: the policy outputs logits; Box actions: the Gaussian mean, with a learned
+    state-independent log standard deviation.
+    """
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_space,
+        hidden: tuple[int, ...] = (64, 64),
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+    ):
+        super().__init__()
+        self.trunk, n_in = encoder(obs_shape, hidden, activation)
+        heads = () if len(obs_shape) == 3 else tuple(hidden)
+        self.discrete = hasattr(action_space, "n")
+        n_out = action_space.n if self.discrete else int(np.prod(action_space.shape))
+        self.pi = mlp([n_in, *heads, n_out], activation, out_gain=0.01)
+        self.v = mlp([n_in, *heads, 1], activation, out_gain=1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((n_out,), float(log_std_init)))
+
+    def forward(self, obs: torch.Tensor):
+        """(policy output, value): logits for discrete actions, the Gaussian mean for Box."""
+        h = self.trunk(obs)
+        return self.pi(h), self.v(h).squeeze(-1)
+
+    def sample(self, out: torch.Tensor):
+        """A sampled action and its log-probability."""
+        if self.discrete:
+            return categorical_sample(out)
+        action = gaussian_sample(out, self.log_std)
+        return action, gaussian_logp_entropy(out, self.log_std, action)[0]
+
+    def logp_entropy(self, out: torch.Tensor, actions: torch.Tensor):
+        if self.discrete:
+            return categorical_logp_entropy(out, actions)
+        return gaussian_logp_entropy(out, self.log_std, actions)
+
+    def greedy(self, out: torch.Tensor) -> torch.Tensor:
+        return out.argmax(-1) if self.discrete else out
+
+
 def n_params(*modules: nn.Module) -> int:
     return sum(p.numel() for m in modules for p in m.parameters())
 
@@ -82,8 +130,11 @@ def n_params(*modules: nn.Module) -> int:
 # --- categorical ------------------------------------------------------------------------------
 
 
-def categorical_sample(logits: torch.Tensor) -> torch.Tensor:
-    return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
+def categorical_sample(logits: torch.Tensor):
+    """A sampled action per row and its log-probability."""
+    logp_all = torch.log_softmax(logits, -1)
+    action = torch.multinomial(logp_all.exp(), 1)
+    return action.squeeze(-1), logp_all.gather(-1, action).squeeze(-1)
 
 
 def categorical_logp_entropy(logits: torch.Tensor, actions: torch.Tensor):

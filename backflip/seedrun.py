@@ -90,7 +90,8 @@ class SeedRun:
         self.opts = cfg.run
         self.device = torch.device(cfg.run.device)
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.stopping = False
+        self.stopping = False  # set by a signal, or by reaching `target_return`
+        self.solved = False
         self.result: dict = {}
         self._on_row, self._on_warning = on_row, on_warning
         self._warned: set[str] = set()
@@ -99,6 +100,9 @@ class SeedRun:
         )
         self._eval_envs = None
         self._next_eval = cfg.run.eval_every or math.inf
+        self._video_env = None
+        self._next_video = cfg.run.video_every or math.inf
+        self._last_video_step = -1
         every = cfg.run.checkpoint_every or max(1, cfg.steps // 4)
         self._ckpt_every, self._next_ckpt = every, every
         self.t_start = time.perf_counter()
@@ -157,11 +161,12 @@ class SeedRun:
             self._on_warning(message)
 
     def eval_due(self, step: int) -> bool:
+        """True when a periodic evaluation is due (or a video: `evaluate` records it)."""
         if step >= self._next_eval:
             while self._next_eval <= step:
                 self._next_eval += self.opts.eval_every
             return True
-        return False
+        return step >= self._next_video
 
     def checkpoint_due(self, step: int) -> bool:
         if step >= self._next_ckpt:
@@ -172,17 +177,38 @@ class SeedRun:
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def evaluate(self, step: int, act: Callable[[np.ndarray], np.ndarray]) -> float:
-        """Greedy evaluation on separately seeded env copies; logs eval/* into this row."""
+    def evaluate(
+        self, step: int, act: Callable[[np.ndarray], np.ndarray], final: bool = False
+    ) -> float:
+        """Greedy evaluation on separately seeded env copies; logs eval/* into this row.
+
+        With `video_every` set, it also records one greedy episode as MP4 when a video is due
+        and at the last evaluation (`final`, or `target_return` reached); the time it takes
+        counts in `time/eval_s`.
+        """
         t0 = time.perf_counter()
         if self._eval_envs is None:
-            self._eval_envs = make_vec(self.env_id, self.opts.eval_episodes, self.env_opts)
+            self._eval_envs = make_vec(
+                self.env_id, self.opts.eval_episodes, self.env_opts, evaluation=True
+            )
         with torch.inference_mode():
             rets, lens = evaluate(
                 act, self._eval_envs, self.opts.eval_episodes, self.env_seed + EVAL_SEED_OFFSET
             )
         self.tel.log_stats("eval/return", rets)
         self.tel.log(**{"eval/len_mean": float(lens.mean())})
+        target = self.opts.target_return
+        solved_now = target is not None and rets.mean() >= target and not self.solved
+        if solved_now:
+            self.solved = self.stopping = True
+            self.result.update(solved_step=step, solved_s=time.perf_counter() - self.t_start)
+        # the last evaluation (end of budget, or target reached) is always filmed
+        if self.out_dir is not None and (
+            step >= self._next_video or ((final or solved_now) and self.opts.video_every)
+        ):
+            while self._next_video <= step:
+                self._next_video += self.opts.video_every
+            self.record_video(step, act)
         dt = time.perf_counter() - t0
         self.eval_time += dt
         self.tel.log(**{"time/eval_s": dt})
@@ -190,6 +216,20 @@ class SeedRun:
             eval_return=float(rets.mean()), eval_returns=rets.tolist(), eval_step=step
         )
         return float(rets.mean())
+
+    def record_video(self, step: int, act: Callable[[np.ndarray], np.ndarray]) -> Path | None:
+        """One greedy episode on a rendering env copy -> videos/step_<step>.mp4."""
+        from backflip.video import make_render_env, record_video
+
+        if self.out_dir is None or step == self._last_video_step:
+            return None
+        self._last_video_step = step
+        if self._video_env is None:
+            self._video_env = make_render_env(self.env_id, self.env_opts)
+        path = self.out_dir / "videos" / f"step_{step:09d}.mp4"
+        with torch.inference_mode():
+            record_video(act, self._video_env, path, self.env_seed + EVAL_SEED_OFFSET)
+        return path
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -248,10 +288,14 @@ class SeedRun:
         self._rng = None
 
     def finish(self, step: int, act: Callable[[np.ndarray], np.ndarray], state: dict) -> None:
-        """End of training: final greedy evaluation (skipped if stopping), row, final checkpoint."""
+        """End of training: final greedy evaluation, row, final checkpoint.
+
+        Skips the evaluation when interrupted, and when `target_return` was reached (the
+        evaluation that reached it is the final one).
+        """
         self.step = step
         if not self.stopping:
-            self.evaluate(step, act)
+            self.evaluate(step, act, final=True)
             self.tel.dump(step)
         self.save_checkpoint(step, state, name="final.pt")
         self.result["steps"] = step
@@ -263,3 +307,5 @@ class SeedRun:
         self.tel.close()
         if self._eval_envs is not None:
             self._eval_envs.close()
+        if self._video_env is not None:
+            self._video_env.close()

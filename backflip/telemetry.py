@@ -142,6 +142,9 @@ class Telemetry:
             "episodes": list(self.episodes),
             "n_episodes": self.n_episodes,
             "wall_s": time.perf_counter() - self._t_start,
+            # values stored since the last row (algorithms that write a row every few iterations)
+            "stored": {k: list(v) for k, v in self._stored.items()},
+            "scalars": dict(self._scalars),
         }
 
     def restore(self, state: dict | None, step: int) -> None:
@@ -152,6 +155,9 @@ class Telemetry:
             self.episodes.extend(state["episodes"])
             self.n_episodes = state["n_episodes"]
             self._t_start -= state.get("wall_s", 0.0)
+            for k, values in state.get("stored", {}).items():
+                self._stored[k].extend(values)
+            self._scalars.update(state.get("scalars", {}))
         self._step_last = step
         if self._tb is not None:
             from tensorboard.compat.proto.event_pb2 import Event, SessionLog
@@ -219,7 +225,10 @@ class Telemetry:
                 Summary.Value(tag=k, simple_value=v) for k, v in row.items() if math.isfinite(v)
             ]
             self._tb.add_event(Event(wall_time=wall, step=step, summary=Summary(value=values)))
-        if time.monotonic() - self._last_flush > 2.0:
+        # hand every row to the OS at once (survives the process being killed); fsync now and then
+        self._csv_file.flush()
+        self._ep_file.flush()
+        if time.monotonic() - self._last_flush > 5.0:
             self.flush()
 
     def flush(self) -> None:

@@ -55,11 +55,11 @@ def test_bad_values_say_what_is_wrong(key, value, words):
 
 def test_precedence_defaults_preset_file_set(tmp_path):
     # the Pendulum preset changes gamma; a file overrides the preset; --set overrides the file
-    assert resolve("ppo", "Pendulum-v1", [0], None).hp.gamma == 0.9
+    assert resolve("ppo", "Pendulum-v1", [0], None).hp.gamma == 0.95
     f = tmp_path / "c.yaml"
-    f.write_text("gamma: 0.95\nlr: 0.01\nenv:\n  reward_scale: 2\n")
+    f.write_text("gamma: 0.97\nlr: 0.01\nenv:\n  reward_scale: 2\n")
     cfg = resolve("ppo", "Pendulum-v1", [0], None, load_config_file(f), {"lr": "0.02"})
-    assert cfg.hp.gamma == 0.95 and cfg.hp.lr == 0.02 and cfg.env.reward_scale == 2.0
+    assert cfg.hp.gamma == 0.97 and cfg.hp.lr == 0.02 and cfg.env.reward_scale == 2.0
     assert cfg.steps == 200_000 and cfg.preset == "Pendulum-v1"
 
 

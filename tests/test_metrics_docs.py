@@ -35,6 +35,12 @@ def logged_names(algo, env, steps, **sets) -> set[str]:
 CASES = [
     ("ppo", "CartPole-v1", 1024, {"epochs": 1}),
     ("ppo", "Pendulum-v1", 2048, {"epochs": 1, "num_steps": 256, "scale_reward": True}),
+    ("a2c", "CartPole-v1", 2048, {"log_interval": 500}),
+    ("a2c", "Pendulum-v1", 2048, {"scale_reward": True}),
+    ("vpg", "CartPole-v1", 2048, {}),
+    ("vpg", "Pendulum-v1", 2048, {"num_steps": 128, "scale_reward": True}),
+    ("cem", "CartPole-v1", 2048, {}),
+    ("cem", "Pendulum-v1", 2048, {"population": 4}),
 ]
 
 

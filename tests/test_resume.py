@@ -98,8 +98,8 @@ def _tensorboard_steps(folder, tag):
     return [e.step for e in acc.Scalars(tag)]
 
 
-def _train_in_process(folder, stop_after_rows=None, checkpoint=None):
-    """One PPO seed through SeedRun directly; stops itself after `stop_after_rows` rows."""
+def _train_in_process(folder, algo, steps, sets, stop_after_rows=None, checkpoint=None):
+    """One seed through SeedRun directly; stops itself after `stop_after_rows` rows."""
     import torch
 
     from backflip.algos import get_algo
@@ -108,9 +108,7 @@ def _train_in_process(folder, stop_after_rows=None, checkpoint=None):
     from backflip.telemetry import truncate_logs
 
     torch.set_num_threads(1)  # as in a seed process
-    cfg = resolve(
-        "ppo", "CartPole-v1", [2], 4096, set_values={"epochs": 1, "checkpoint_every": 1024}
-    )
+    cfg = resolve(algo, "CartPole-v1", [2], steps, set_values=sets)
     if checkpoint is not None:
         truncate_logs(folder, torch.load(checkpoint, weights_only=False)["step"])
     rows = []
@@ -123,18 +121,32 @@ def _train_in_process(folder, stop_after_rows=None, checkpoint=None):
     run = SeedRun(cfg, 2, folder, on_row=on_row, append=checkpoint is not None)
     if checkpoint is not None:
         run.restore(torch.load(checkpoint, weights_only=False))
-    get_algo("ppo").train(cfg.hp, run)
+    get_algo(algo).train(cfg.hp, run)
     run.close()
-    return run
+    return run, rows
 
 
-def test_seed_stopped_and_restored_in_process_matches_an_uninterrupted_one(tmp_path):
+RESUMABLE = [
+    ("ppo", 4096, {"epochs": 1}),
+    ("a2c", 4096, {"log_interval": 512}),
+    ("vpg", 4096, {}),
+    ("cem", 20_000, {}),
+]
+
+
+@pytest.mark.parametrize(("algo", "steps", "sets"), RESUMABLE)
+def test_seed_stopped_and_restored_in_process_matches_an_uninterrupted_one(
+    tmp_path, algo, steps, sets
+):
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    reference = _train_in_process(whole)
-    first = _train_in_process(parts, stop_after_rows=5)
-    assert first.step == 5 * 256
-    resumed = _train_in_process(parts, checkpoint=parts / "checkpoints" / "final.pt")
-    assert resumed.start_step == 5 * 256 and resumed.step == reference.step == 4096
+    reference, all_rows = _train_in_process(whole, algo, steps, sets)
+    assert len(all_rows) >= 4, "the budget must span several rows"
+    first, _ = _train_in_process(parts, algo, steps, sets, stop_after_rows=len(all_rows) // 2)
+    assert first.step == all_rows[len(all_rows) // 2 - 1]
+    resumed, _ = _train_in_process(
+        parts, algo, steps, sets, checkpoint=parts / "checkpoints" / "final.pt"
+    )
+    assert resumed.start_step == first.step and resumed.step == reference.step
     a, b = _deterministic(whole / "metrics.csv"), _deterministic(parts / "metrics.csv")
     assert a.keys() == b.keys()
     for k in a:

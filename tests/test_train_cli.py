@@ -292,3 +292,25 @@ def test_tensorboard_event_files_match_the_metrics_table(cli, home):
         steps, values = series[tag]
         assert [s for s, _ in tb] == list(steps)
         assert [round(v, 4) for _, v in tb] == [round(float(v), 4) for v in values]
+
+
+def test_target_return_stops_a_seed_once_evaluation_reaches_it(cli, home):
+    proc = cli(
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--steps",
+        "100000",
+        "--set",
+        "eval_every=2048",
+        "--set",
+        "eval_episodes=3",
+        "--set",
+        "target_return=60",
+        "--no-progress",
+    )
+    run_id = proc.stdout.split()[1].rstrip(":")
+    seed = load_run(home / run_id)["seeds"][0]
+    assert seed["status"] == "finished" and seed["final_eval_return"] >= 60
+    assert seed["steps"] == seed["solved_step"] < 100_000 and seed["solved_s"] > 0

@@ -26,6 +26,9 @@ from backflip.errors import UserError, did_you_mean
 
 ALGOS: dict[str, str] = {
     "ppo": "Proximal Policy Optimization (clipped surrogate, GAE)",
+    "vpg": "Vanilla Policy Gradient (REINFORCE with a learned value baseline, GAE)",
+    "a2c": "Advantage Actor-Critic (synchronous, n-step or GAE advantages)",
+    "cem": "Cross-Entropy Method over policy parameters (gradient-free)",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from backflip.commands import add_backend, add_home, print_json
 
@@ -44,6 +45,13 @@ def register(sub) -> None:
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
     p.add_argument("-m", "--message", default="", help="the question this run is meant to answer")
     p.add_argument("--tag", action="append", default=[], help="label the run (repeatable)")
+    p.add_argument(
+        "--surprise",
+        metavar="ANSWER",
+        help="how surprised you would be if this run failed (stored with the run; asked "
+        "interactively before long runs unless given, see $BACKFLIP_ASK_AFTER_MIN)",
+    )
+    p.add_argument("--no-ask", action="store_true", help="never ask the pre-mortem question")
     p.add_argument("--list-keys", action="store_true", help="print every setting with its default")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
     p.add_argument("--json", action="store_true", help="print the final record as JSON")
@@ -106,6 +114,8 @@ def run(args) -> int:
         as_json=args.json,
         backend=args.backend,
         address=args.address,
+        surprise=args.surprise,
+        ask=not args.no_ask,
     )
 
 
@@ -121,18 +131,36 @@ def execute(
     as_json=False,
     backend="local",
     address=None,
+    surprise=None,
+    ask=True,
 ) -> int:
     """Validate, launch, summarize: shared by `train` and `rerun`."""
     from backflip.algos import get_algo
-    from backflip.envs import check_supported
+    from backflip.envs import AtariProtocolWarning, check_supported
+    from backflip.journal import expected_seconds, premortem
     from backflip.launch import launch_run
+    from backflip.runs.archive import read_json, write_json
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
-    check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
     check_backend(backend, address)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AtariProtocolWarning)
+        check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+    for w in caught:
+        if issubclass(w.category, AtariProtocolWarning):
+            print(f"warning: {w.message}", file=sys.stderr, flush=True)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    workers = workers or os.cpu_count() or 1
+    expected = expected_seconds(home, cfg.algo, cfg.env_id, cfg.steps, len(cfg.seeds), workers)
+    answer = premortem(expected, surprise, ask=ask and not as_json)
 
     def created(run_dir):
+        if answer is not None:  # before any seed starts, so finalize_run keeps it
+            record = read_json(run_dir / "run.json")
+            record["premortem"] = answer
+            write_json(run_dir / "run.json", record)
         print(
             f"run {run_dir.name}: {cfg.algo} on {cfg.env_id}, {len(cfg.seeds)} seed(s) × "
             f"{cfg.steps:,} steps → {run_dir}",

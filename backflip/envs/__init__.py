@@ -11,13 +11,19 @@ import dataclasses
 import functools
 import importlib
 import pickle
+import warnings
 
 import gymnasium as gym
 import numpy as np
 
 from backflip.config import EnvOptions
-from backflip.envs import wrappers
+from backflip.envs import atari, wrappers
 from backflip.errors import UserError, did_you_mean
+
+
+class AtariProtocolWarning(UserWarning):
+    """An Atari id whose settings differ from the papers' (see `backflip.envs.atari`)."""
+
 
 _registered = False
 
@@ -37,12 +43,15 @@ def register_envs() -> None:
 
 
 def _maybe_register_ale(env_id: str) -> None:
-    if env_id.startswith("ALE/") or "NoFrameskip" in env_id or "Deterministic" in env_id:
-        try:
-            import ale_py
+    """Register the Atari ids (ale-py, the `atari` extra) when an id is not known yet."""
+    if env_id in gym.registry:
+        return
+    try:
+        import ale_py
 
-            gym.register_envs(ale_py)
-        except ImportError:
+        gym.register_envs(ale_py)
+    except ImportError:
+        if env_id.startswith("ALE/") or "NoFrameskip" in env_id or "Deterministic" in env_id:
             raise UserError(
                 f"{env_id} needs the Atari extra: pip install 'backflip[atari]'"
             ) from None
@@ -96,11 +105,22 @@ def check_supported(algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOpt
 
 
 def make_env(
-    env_id: str, opts: EnvOptions | None = None, render_mode: str | None = None, **kwargs
+    env_id: str,
+    opts: EnvOptions | None = None,
+    render_mode: str | None = None,
+    evaluation: bool = False,
+    **kwargs,
 ) -> gym.Env:
-    """One environment copy with the `env.*` option wrappers applied."""
+    """One environment copy with the `env.*` option wrappers applied.
+
+    ALE ids get the standard Atari preprocessing (`backflip.envs.atari`) unless `env.atari` is
+    off; with `evaluation`, whole games and raw scores (no episodic life, no reward clipping).
+    Ids whose settings differ from the papers' (sticky actions, emulator frame skip) raise an
+    `AtariProtocolWarning` (a UserWarning) once.
+    """
     opts = opts or EnvOptions()
-    env_id = check_env_id(env_id).id
+    spec = check_env_id(env_id)
+    env_id = spec.id
     if opts.max_episode_steps:
         kwargs["max_episode_steps"] = opts.max_episode_steps
     if render_mode is not None:
@@ -109,6 +129,20 @@ def make_env(
         env = gym.make(env_id, **kwargs)
     except gym.error.DependencyNotInstalled as e:
         raise UserError(f"{env_id} needs an extra dependency: {e}") from None
+    if atari.is_ale(spec) and opts.atari:
+        for message in atari.protocol_warnings(spec):
+            warnings.warn(message, AtariProtocolWarning, stacklevel=2)
+        try:
+            env = atari.wrap(
+                env,
+                opts.frame_stack,
+                opts.episodic_life and not evaluation,
+                opts.clip_reward and not evaluation,
+            )
+        except gym.error.DependencyNotInstalled:
+            raise UserError(
+                f"{env_id} preprocessing needs OpenCV: pip install 'backflip[atari]'"
+            ) from None
     if isinstance(env.observation_space, gym.spaces.Discrete):
         env = wrappers.OneHotObservation(env)
     if (
@@ -130,8 +164,10 @@ def make_env(
     return env
 
 
-def make_vec(env_id: str, num_envs: int, opts: EnvOptions | None = None) -> gym.vector.VectorEnv:
-    """`num_envs` copies stepping in lockstep (NEXT_STEP autoreset).
+def make_vec(
+    env_id: str, num_envs: int, opts: EnvOptions | None = None, evaluation: bool = False
+) -> gym.vector.VectorEnv:
+    """`num_envs` copies stepping in lockstep (NEXT_STEP autoreset); `evaluation` as `make_env`.
 
     Uses the env's own vectorized implementation when it has one and no option wrapper is
     active (Gymnasium's CartPoleVectorEnv is ~2x faster than SyncVectorEnv), else SyncVectorEnv.
@@ -142,7 +178,11 @@ def make_vec(env_id: str, num_envs: int, opts: EnvOptions | None = None) -> gym.
         env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point")
     else:
         env = gym.vector.SyncVectorEnv(
-            [functools.partial(make_env, env_id, opts) for _ in range(num_envs)],
+            # a partial, not a lambda: the envs pickle into checkpoints (exact resume)
+            [
+                functools.partial(make_env, env_id, opts, evaluation=evaluation)
+                for _ in range(num_envs)
+            ],
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
         )
     return env

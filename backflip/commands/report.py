@@ -1,0 +1,36 @@
+"""backflip report ID [ID...] --out DIR"""
+
+from __future__ import annotations
+
+from backflip.commands import add_home
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a static HTML report of runs (plots, tables, findings, videos); no server needed",
+    )
+    p.add_argument(
+        "runs", nargs="+", metavar="ID", help="run ids (or prefixes, `last`, directories)"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (created)")
+    p.add_argument("--no-videos", action="store_true", help="do not copy videos into the report")
+    add_home(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from backflip.report import write_report
+    from backflip.runs.archive import home_dir, resolve_run
+
+    home = home_dir(args.home)
+    dirs = []
+    for ref in args.runs:
+        d = resolve_run(home, ref)
+        if d not in dirs:
+            dirs.append(d)
+    index = write_report(dirs, Path(args.out), videos=not args.no_videos)
+    print(index)
+    return 0

@@ -1,0 +1,107 @@
+"""Atari preprocessing as in the DQN (Mnih et al. 2015), A2C and PPO papers, for ALE ids.
+
+Needs the `atari` extra (`pip install 'backflip[atari]'`: ale-py and OpenCV). `make_env` applies
+`wrap` to every ALE id unless `env.atari=false`:
+
+- Gymnasium's `AtariPreprocessing`: up to 30 no-op actions at reset, 4 emulator frames per agent
+  step with the last two max-pooled (sprites flicker), 84x84 grayscale (INTER_AREA);
+- `EpisodicLife` (below): losing a life ends the agent's episode (`terminated`) but not the game;
+- `FireReset` (below): press FIRE after each reset in games that need it to start;
+- reward clipping to its sign (Gymnasium's `TransformReward`);
+- Gymnasium's `FrameStackObservation`: the last 4 frames, channels first, uint8 (4, 84, 84).
+
+Evaluation envs keep whole games and raw scores (no episodic life, no clipping), so `eval/return`
+is the game score while `rollout/ep_return` is the clipped return of one life.
+
+Ids whose emulator already skips frames or repeats actions (`-v0`, `Pong-v4`, `ALE/Pong-v5`)
+differ from what the papers used; `protocol_warnings` says how, and preprocessing then skips no
+further frames.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+PAPER_ID = "{game}NoFrameskip-v4"
+
+
+def is_ale(spec: gym.envs.registration.EnvSpec) -> bool:
+    return str(spec.entry_point).startswith("ale_py")
+
+
+def protocol_warnings(spec: gym.envs.registration.EnvSpec) -> list[str]:
+    """Why results on this ALE id won't match the papers' (empty for NoFrameskip-v4 ids)."""
+    kw = spec.kwargs
+    sticky, frameskip = kw.get("repeat_action_probability", 0.0), kw.get("frameskip", 1)
+    issues = []
+    if sticky:
+        issues.append(f"sticky actions (the previous action repeats with probability {sticky})")
+    if frameskip != 1:
+        how = "2-4 (random)" if isinstance(frameskip, tuple) else str(frameskip)
+        issues.append(f"each action repeated for {how} emulator frames without max-pooling")
+    if not issues:
+        return []
+    game = "".join(w.capitalize() for w in str(kw.get("game", "pong")).split("_"))
+    return [
+        f"{spec.id} uses {' and '.join(issues)}; the DQN/A2C/PPO papers used "
+        f"{PAPER_ID.format(game=game)} (no sticky actions, frame skip 4 with max-pooling), so "
+        f"scores are not comparable to theirs"
+    ]
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the agent's episode (`terminated`) without resetting the game: the next
+    `reset` continues the game with one no-op step, and really resets only after game over.
+    Value targets then stop at a lost life (Mnih et al. 2015)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives, self.game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()
+        terminated = terminated or 0 < lives < self.lives
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE (then another action, as the baselines wrapper does) after every reset, for
+    games that wait for it (Breakout, Pong's serve); otherwise an agent can stall forever."""
+
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def wrap(
+    env: gym.Env, frame_stack: int = 4, episodic_life: bool = True, clip_reward: bool = True
+) -> gym.Env:
+    """The standard preprocessing stack (module docstring) around a raw ALE env."""
+    skip = 4 if getattr(env.unwrapped, "_frameskip", 1) == 1 else 1  # never skip twice
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=skip, screen_size=84)
+    if episodic_life:
+        env = EpisodicLife(env)
+    meanings = env.unwrapped.get_action_meanings()
+    if len(meanings) >= 3 and meanings[1] == "FIRE":
+        env = FireReset(env)
+    if clip_reward:
+        env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(r)))
+    return gym.wrappers.FrameStackObservation(env, frame_stack)

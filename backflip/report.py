@@ -1,0 +1,77 @@
+"""`backflip report`: a static HTML report of one or more runs that opens without a server.
+
+    <out>/index.html            the runs side by side: final scores, curves with intervals, verdicts
+    <out>/runs/<id>.html        each run's page, as in `backflip ui` (curves embedded as JSON)
+    <out>/files/<id>/...        its videos, copied
+    <out>/assets/               the style sheet, the page script and uPlot
+
+The pages are the UI's own templates rendered with links between files (`ReportLinks`), so a
+report and the live UI never drift apart. Checkpoints and other large files stay in the archive
+and are linked by their path on disk.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from backflip.errors import UserError
+
+
+def write_report(run_dirs: list[Path], out: Path, videos: bool = True) -> Path:
+    """Write the report for `run_dirs` into `out`; returns the path of its index.html."""
+    from backflip.ui import data
+    from backflip.ui.render import STATIC, ReportLinks, render
+
+    if not run_dirs:
+        raise UserError("report: name at least one run")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create {out}: {e.strerror or e}") from None
+    assets = out / "assets"
+    if assets.exists():
+        shutil.rmtree(assets)
+    shutil.copytree(STATIC, assets)
+
+    by_id = {d.name: d for d in run_dirs}
+    details, copied = {}, set()
+    for run_id, d in by_id.items():
+        detail = data.run_detail(d)
+        if not videos:
+            detail["videos"] = []
+        for v in detail["videos"]:
+            target = out / "files" / run_id / v["rel"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(d / v["rel"], target)
+            copied.add((run_id, v["rel"]))
+        details[run_id] = detail
+
+    (out / "runs").mkdir(exist_ok=True)
+    for run_id, d in by_id.items():
+        boot = {"run": run_id, "status": details[run_id]["record"]["status"]}
+        boot["curves"] = data.run_curves(d)
+        html = render(
+            "run.html",
+            ReportLinks(by_id, copied, depth=1),
+            nav="runs",
+            d=details[run_id],
+            boot=boot,
+        )
+        (out / "runs" / f"{run_id}.html").write_text(html)
+
+    c = data.compare(list(by_id.values()))
+    html = render(
+        "compare.html",
+        ReportLinks(by_id, copied, depth=0),
+        nav="compare",
+        c=c,
+        ids=list(by_id),
+        error=None,
+        candidates=[],
+        boot={"compare": c},
+        heading=f"Report: {len(by_id)} run{'s' * (len(by_id) != 1)}",
+    )
+    index = out / "index.html"
+    index.write_text(html)
+    return index

@@ -1,0 +1,174 @@
+"""Videos of greedy episodes (Achiam: watch your agent; the curves don't show what it does).
+
+During training, `--set video_every=N` makes `SeedRun.evaluate` record one greedy episode every N
+env steps (and at the end) to `seeds/<seed>/videos/step_<n>.mp4`, on a separate env copy made with
+`render_mode="rgb_array"` and seeded like the evaluation copies. `backflip watch ID` does the same
+from a checkpoint through the algorithm's `load(checkpoint, obs_space, act_space) -> Agent`.
+
+MP4 (H.264, yuv420p) is written with imageio-ffmpeg, which ships its own ffmpeg binary
+(`pip install 'backflip[video]'`); rendering classic-control envs needs pygame (same extra).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from backflip.errors import UserError
+
+MAX_FRAMES = 2000  # one episode is cut here (about a minute at 30 fps)
+
+
+def _require_ffmpeg():
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        raise UserError("videos need imageio-ffmpeg: pip install 'backflip[video]'") from None
+    return imageio_ffmpeg
+
+
+def make_render_env(env_id: str, opts=None):
+    """One env copy that renders frames, with the run's `env.*` wrappers."""
+    import os
+
+    from backflip.envs import make_env
+
+    # pygame (classic-control rendering) must not look for a display or a sound card
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    try:
+        return make_env(env_id, opts, render_mode="rgb_array")
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 — pygame missing, or the env can't render: say which
+        raise UserError(f"cannot render {env_id}: {type(e).__name__}: {e}") from None
+
+
+def record_episode(
+    act: Callable[[np.ndarray], np.ndarray], env, seed: int, max_frames: int = MAX_FRAMES
+) -> tuple[list[np.ndarray], float, int]:
+    """Play one greedy episode; returns (frames, return, length). `act` takes a batch of obs."""
+    obs, _ = env.reset(seed=seed)
+    frames = [env.render()]
+    ret, length = 0.0, 0
+    while length < max_frames:
+        action = act(obs[None])[0]
+        obs, r, term, trunc, _ = env.step(action)
+        ret += float(r)
+        length += 1
+        frames.append(env.render())
+        if term or trunc:
+            break
+    return [f for f in frames if f is not None], ret, length
+
+
+def write_mp4(frames: list[np.ndarray], path: Path, fps: float = 30) -> Path:
+    """Encode RGB frames (H, W, 3 uint8) as H.264 MP4, atomically (temp file, then rename)."""
+    ffmpeg = _require_ffmpeg()
+    if not frames:
+        raise UserError("no frames to write: the environment rendered nothing")
+    h, w = frames[0].shape[:2]
+    # yuv420p needs even sizes; pad by one row/column of edge pixels when odd
+    ph, pw = h + h % 2, w + w % 2
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp.mp4")
+    writer = ffmpeg.write_frames(
+        str(tmp), (pw, ph), fps=fps, codec="libx264", macro_block_size=1, quality=6
+    )
+    writer.send(None)
+    for f in frames:
+        f = np.asarray(f, dtype=np.uint8)[..., :3]
+        if (ph, pw) != f.shape[:2]:
+            f = np.pad(f, ((0, ph - h), (0, pw - w), (0, 0)), mode="edge")
+        writer.send(np.ascontiguousarray(f))
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
+def fps_of(env) -> float:
+    fps = (getattr(env, "metadata", None) or {}).get("render_fps") or 30
+    return float(min(max(fps, 1), 60))
+
+
+def record_video(
+    act: Callable[[np.ndarray], np.ndarray],
+    env,
+    path: Path,
+    seed: int,
+    max_frames: int = MAX_FRAMES,
+) -> dict:
+    """One greedy episode to `path`: {'path', 'return', 'length', 'seconds'}."""
+    t0 = time.perf_counter()
+    frames, ret, length = record_episode(act, env, seed, max_frames)
+    write_mp4(frames, path, fps_of(env))
+    return {"path": str(path), "return": ret, "length": length, "seconds": time.perf_counter() - t0}
+
+
+# --- backflip watch -------------------------------------------------------------------------------
+
+
+def find_checkpoint(run_dir: Path, seed: int, checkpoint: str | None) -> Path:
+    """`final` (default), a step number, a file name in the seed's checkpoints, or a path."""
+    from backflip.runs.archive import seed_dir
+
+    folder = seed_dir(run_dir, seed) / "checkpoints"
+    if checkpoint and Path(checkpoint).is_file():
+        return Path(checkpoint)
+    available = sorted(folder.glob("*.pt")) if folder.is_dir() else []
+    if not available:
+        raise UserError(f"seed {seed} of {run_dir.name} has no checkpoints in {folder}")
+    names = ", ".join(p.name for p in available)
+    if checkpoint in (None, "", "final", "last"):
+        final = folder / "final.pt"
+        return final if final.exists() else available[-1]
+    if checkpoint.isdigit():
+        step = int(checkpoint)
+        match = folder / f"step_{step:09d}.pt"
+        if match.exists():
+            return match
+        raise UserError(f"no checkpoint at step {step} for seed {seed}; have: {names}")
+    match = folder / checkpoint
+    if match.exists() and match.parent == folder:
+        return match
+    raise UserError(f"no checkpoint {checkpoint!r} for seed {seed}; have: {names}")
+
+
+def watch(
+    run_dir: Path, seed: int | None = None, checkpoint: str | None = None, out: Path | None = None
+) -> dict:
+    """Render one greedy episode of a checkpoint to MP4; returns the path and the episode's return."""
+    import torch
+
+    from backflip.algos import get_algo
+    from backflip.config import TrainConfig
+    from backflip.runs.archive import load_run, seed_dir
+    from backflip.seedrun import EVAL_SEED_OFFSET
+
+    record = load_run(run_dir)
+    seeds = record["config"]["seeds"]
+    seed = seeds[0] if seed is None else seed
+    if seed not in seeds:
+        raise UserError(f"run {record['id']} has seeds {seeds}, not {seed}")
+    path = find_checkpoint(run_dir, seed, checkpoint)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 — a truncated or foreign file: one line, not a traceback
+        raise UserError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from None
+    cfg = TrainConfig.from_dict(ckpt.get("config") or record["config"])
+    env = make_render_env(cfg.env_id, cfg.env)
+    try:
+        agent = get_algo(cfg.algo).load(ckpt, env.observation_space, env.action_space)
+        if out is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            out = seed_dir(run_dir, seed) / "videos" / f"watch_{path.stem}_{stamp}.mp4"
+        with torch.inference_mode():
+            info = record_video(agent.act, env, Path(out), seed * 1000 + EVAL_SEED_OFFSET)
+    finally:
+        env.close()
+    info.update(checkpoint=str(path), step=ckpt.get("step"), seed=seed)
+    return info

@@ -1,0 +1,59 @@
+"""Fixtures of the UI tests: a real archive with two trained runs, and a live server.
+
+Both are session-scoped: the runs are trained once (two PPO runs of 2 seeds × 2,048 CartPole
+steps, one with videos; about 10 s on 2 idle cores) and one `backflip ui` process serves them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ui.support import Server, backflip, doctor_findings, run_id_of
+
+
+@pytest.fixture(scope="session")
+def ui_archive(tmp_path_factory) -> dict:
+    """Two finished runs (A with videos and doctor findings, B with an HTML-looking question)."""
+    home = tmp_path_factory.mktemp("ui") / "archive"
+    home.mkdir()
+    common = ["--env", "CartPole-v1", "--seeds", "2", "--workers", "2", "--steps", "2048"]
+    a = backflip(
+        home,
+        "train",
+        "ppo",
+        *common,
+        "--set",
+        "epochs=1",
+        "--set",
+        "video_every=2048",
+        "-m",
+        "question A: does the UI show this run?",
+        "--tag",
+        "ui-test",
+        "--no-progress",
+    )
+    b = backflip(
+        home,
+        "train",
+        "ppo",
+        *common,
+        "--set",
+        "epochs=1",
+        "--set",
+        "lr=3e-4",
+        "-m",
+        "question B <b>not bold</b>",
+        "--no-progress",
+    )
+    ids = {"a": run_id_of(a.stdout), "b": run_id_of(b.stdout)}
+    findings = doctor_findings(home / ids["a"], "train/approx_kl")
+    backflip(home, "note", "--focus", "make the UI show every run")
+    backflip(home, "note", "--run", ids["a"], "A looks fine at a glance")
+    return {"home": home, **ids, "findings": findings}
+
+
+@pytest.fixture(scope="session")
+def ui_server(ui_archive):
+    server = Server(ui_archive["home"])
+    yield server
+    server.stop()

@@ -1,0 +1,23 @@
+"""A minimal UI extension, as `backflip.prefs.web` would provide the labeling page."""
+
+from __future__ import annotations
+
+from flask import Blueprint, render_template_string, request
+
+
+def ui_blueprint(home):
+    bp = Blueprint("test_label", __name__)
+
+    @bp.get("/")
+    def queue():
+        return render_template_string(
+            '{% extends "base.html" %}{% block content %}<h1 id="labeler">pairs to label in '
+            "{{ home }}</h1>{% endblock %}",
+            home=str(home),
+        )
+
+    @bp.post("/answer")
+    def answer():
+        return {"got": request.form.get("choice")}
+
+    return bp

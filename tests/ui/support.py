@@ -1,0 +1,136 @@
+"""Helpers for the UI tests: the real CLI, a `backflip ui` process, screenshot checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT, cli_env
+
+ARTIFACTS = ROOT / "artifacts"
+
+
+def backflip(
+    home: Path, *args, timeout: float = 600, check: bool = True, env: dict | None = None, **kwargs
+):
+    """The real CLI against `home`; `env` adds (or, with None values, removes) variables."""
+    full_env = cli_env(home)
+    for k, v in (env or {}).items():
+        if v is None:
+            full_env.pop(k, None)
+        else:
+            full_env[k] = v
+    proc = subprocess.run(
+        [sys.executable, "-m", "backflip", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=ROOT,
+        **kwargs,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"backflip {args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def run_id_of(stdout: str) -> str:
+    return stdout.splitlines()[0].split()[1].rstrip(":")
+
+
+def doctor_findings(run_dir: Path, metric: str) -> dict:
+    """A findings.json in the doctor's contract, pointing at a step the run really logged."""
+    from backflip.telemetry import read_metrics
+
+    steps, _ = read_metrics(run_dir / "seeds" / "0" / "metrics.csv")[metric]
+    step = int(steps[len(steps) // 2])
+    data = {
+        "target": str(run_dir),
+        "findings": [
+            {
+                "rule": "kl-spike",
+                "severity": "warning",
+                "metric": metric,
+                "step": step,
+                "message": "approx_kl spiked 3 sigma above its rolling mean",
+                "evidence": {"value": 0.09, "rolling_mean": 0.01},
+            },
+            {
+                "rule": "few-seeds",
+                "severity": "info",
+                "metric": None,
+                "step": None,
+                "message": "2 seeds: intervals are not trustworthy",
+                "evidence": None,
+            },
+        ],
+    }
+    (run_dir / "findings.json").write_text(json.dumps(data))
+    return data
+
+
+class Server:
+    def __init__(self, home: Path, *args: str):
+        env = cli_env(home)
+        env.pop("BACKFLIP_UI_TOKEN", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "backflip", "ui", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + 60
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if "serving" in line or not line:
+                break
+        m = re.search(r"(http://\S+)", line)
+        if not m:
+            self.stop()
+            raise AssertionError(f"backflip ui did not start: {line!r} {self.proc.stderr.read()}")
+        self.url = m.group(1)
+        self.base = re.sub(r"/\?token=.*$", "", self.url).rstrip("/")
+        self.token = m.group(1).split("token=")[1] if "token=" in self.url else None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def screenshot_ok(path: Path) -> None:
+    """A screenshot exists and is not blank: many distinct colours and enough non-white pixels."""
+    from PIL import Image
+
+    img = Image.open(path).convert("RGB")
+    small = img.resize((max(1, img.width // 4), max(1, img.height // 4)))
+    colors = small.getcolors(maxcolors=1 << 20) or []
+    non_white = sum(n for n, c in colors if sum(c) < 3 * 245)
+    assert len(colors) > 20, f"{path.name}: only {len(colors)} colours: blank?"
+    assert non_white / (small.width * small.height) > 0.01, f"{path.name}: almost all white"
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """Stop a `backflip train` we started: SIGINT to it (it forwards to its seeds), then wait."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

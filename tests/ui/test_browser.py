@@ -1,0 +1,219 @@
+"""The UI in a real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright).
+
+Each test saves a screenshot of its page under artifacts/ (checked not to be blank). Skipped
+with the reason when the browser or Playwright is missing; CI installs both.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, cli_env
+from tests.ui.support import ARTIFACTS, backflip, kill_tree, screenshot_ok
+
+CHROMIUM = Path("/usr/bin/chromium")
+# a run long enough to watch (stopped with SIGINT once the test has seen what it needs)
+LIVE_ARGS = ["--steps", "2000000", "--set", "epochs=1", "--no-progress", "-m", "live: watch me"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = [
+    # ~40 s on 2 idle cores: two short training runs (shared with the other UI tests), one
+    # Chromium, and a live run watched until its step count has moved twice
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+    ),
+]
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need Playwright: pip install -e '.[test]'"
+)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.set_default_timeout(30_000)
+    yield pg
+    context.close()
+    assert not errors, f"errors in the page: {errors}"
+
+
+def wait_until(condition, timeout: float = 90.0, every: float = 0.25):
+    """Poll `condition` from Python (the page's CSP forbids Playwright's eval-based waiting)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {condition}")
+
+
+def shot(page, name: str, full_page: bool = False) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"ui-{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    screenshot_ok(path)
+    return path
+
+
+def test_index_lists_the_runs_created_in_this_test_session(page, ui_server, ui_archive):
+    page.goto(ui_server.base + "/")
+    wait_until(lambda: page.evaluate("window.backflipReady === true"))
+    ids = page.eval_on_selector_all("#runs tbody tr", "rows => rows.map(r => r.dataset.id)")
+    assert set(ids) == {ui_archive["a"], ui_archive["b"]}
+    assert ids == sorted(ids, reverse=True)  # newest first
+    assert page.locator(f'tr[data-id="{ui_archive["a"]}"] .question').inner_text() == (
+        "question A: does the UI show this run?"
+    )
+    page.click('th[data-key="id"]')  # sort by id: descending first
+    page.click('th[data-key="id"]')  # then ascending
+    ids = page.eval_on_selector_all("#runs tbody tr", "rows => rows.map(r => r.dataset.id)")
+    assert ids == sorted(ids)
+    shot(page, "index")
+    # pick both runs and compare them
+    page.check(f'input.pick[value="{ui_archive["a"]}"]')
+    page.check(f'input.pick[value="{ui_archive["b"]}"]')
+    page.click("#compare-selected")
+    page.wait_for_url("**/compare?ids=*")
+    assert ui_archive["a"] in page.url and ui_archive["b"] in page.url
+
+
+def test_run_page_shows_plots_findings_and_a_playable_video(page, ui_server, ui_archive):
+    page.goto(f"{ui_server.base}/runs/{ui_archive['a']}")
+    page.wait_for_selector("#m-eval-return_mean canvas")
+    assert page.locator(".plot canvas").count() >= 20  # every metric is a chart
+    legend = page.locator("#m-rollout-ep_return_mean .u-legend").inner_text()
+    assert "seed 0" in legend and "seed 1" in legend and "IQM" in legend
+    shot(page, "run")
+    finding = page.locator(".finding.warning")
+    assert "approx_kl spiked 3 sigma" in finding.inner_text()
+    finding.locator("a.finding-link").click()
+    page.wait_for_selector("#m-train-approx_kl.highlight")
+    assert page.evaluate("location.hash") == "#m-train-approx_kl"
+    shot(page, "run-finding")
+    # the evaluation video is served and Chromium can decode it
+    duration = page.evaluate(
+        """() => new Promise((resolve, reject) => {
+            const v = document.querySelector('video');
+            if (v.readyState >= 1) return resolve(v.duration);
+            v.addEventListener('loadedmetadata', () => resolve(v.duration));
+            v.addEventListener('error', () => reject(new Error('video error ' + v.error?.code)));
+            v.load();
+        })"""
+    )
+    assert duration > 0
+
+
+def test_compare_page_renders_curves_and_a_verdict(page, ui_server, ui_archive):
+    page.goto(f"{ui_server.base}/compare?ids={ui_archive['a']},{ui_archive['b']}")
+    page.wait_for_selector("#compare-plot canvas")
+    verdict = page.locator("#verdicts li").inner_text()
+    assert "P(" in verdict and "Welch p=" in verdict
+    assert page.locator("table.runs").first.inner_text().count("finished") == 2
+    page.select_option('select[name="metric"]', "train/entropy")
+    page.wait_for_url("**metric=train%2Fentropy*")
+    page.wait_for_selector("#compare-plot canvas")
+    shot(page, "compare")
+
+
+def test_live_run_step_count_advances_without_reload(page, ui_server, ui_archive):
+    home = ui_archive["home"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", *LIVE_ARGS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=cli_env(home),
+        cwd=ROOT,
+    )
+    try:
+        run_id = proc.stdout.readline().split()[1].rstrip(":")
+        page.goto(f"{ui_server.base}/runs/{run_id}")
+        page.evaluate("window.__sameDocument = 42")
+        steps = page.locator('[data-seed-steps="0"]')
+
+        def count():
+            return int(steps.inner_text().replace(",", "") or 0)
+
+        first = wait_until(lambda: count() > 0 and count())  # the seed has logged a row
+        second = wait_until(lambda: count() > first and count())
+        third = wait_until(lambda: count() > second and count())
+        assert third > second > first
+        assert page.evaluate("window.__sameDocument") == 42  # updated in place, not reloaded
+        assert page.locator("#run-status").inner_text() == "running"
+        page.wait_for_selector("#m-rollout-ep_return_mean canvas", timeout=60_000)
+        shot(page, "live-run")
+        # the index shows it running too, with its step count moving
+        page.goto(ui_server.base + "/")
+        page.evaluate("window.__sameDocument = 43")
+        cell = page.locator(f'tr[data-id="{run_id}"] .live-steps')
+
+        def cell_steps():
+            text = cell.inner_text().replace(",", "")
+            return int(text) if text.isdigit() else 0
+
+        before = wait_until(lambda: cell_steps() > 0 and cell_steps())
+        wait_until(lambda: cell_steps() > before)
+        assert page.evaluate("window.__sameDocument") == 43
+        shot(page, "index-live")
+    finally:
+        kill_tree(proc)
+
+
+def test_journal_page_shows_the_log_and_takes_a_note(page, ui_server, ui_archive):
+    page.goto(ui_server.base + "/journal")
+    assert "make the UI show every run" in page.locator(".focus").inner_text()
+    assert "question A: does the UI show this run?" in page.locator("body").inner_text()
+    page.fill('#note-form input[name="text"]', "hypothesis: the browser can write notes")
+    page.click('#note-form button[type="submit"]')
+    page.wait_for_url("**/journal")
+    assert "hypothesis: the browser can write notes" in page.locator("body").inner_text()
+    assert float(page.locator("#total-cpu-h").inner_text()) > 0
+    shot(page, "journal")
+
+
+def test_static_report_opens_from_disk_without_a_server(page, ui_archive, tmp_path):
+    out = tmp_path / "report"
+    index = backflip(ui_archive["home"], "report", ui_archive["a"], ui_archive["b"], "--out", out)
+    index = Path(index.stdout.strip())
+    assert index == out / "index.html"
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(index.as_uri())
+    page.wait_for_selector("#compare-plot canvas")
+    assert "P(" in page.locator("#verdicts").inner_text()
+    shot(page, "report")
+    page.click(f'a[href="runs/{ui_archive["a"]}.html"]')
+    page.wait_for_selector("#m-eval-return_mean canvas")
+    assert "approx_kl spiked 3 sigma" in page.locator("#findings").inner_text()
+    assert page.evaluate("document.querySelector('video').src").startswith("file://")
+    assert all(u.startswith(("file://", "data:")) for u in requests), requests
+    shot(page, "report-run")
