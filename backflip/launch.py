@@ -1,8 +1,10 @@
 """Seeds in parallel: each seed is its own OS process with one torch thread.
 
-`run_seeds(jobs, workers)` keeps at most `workers` seed processes alive, shows their progress
-(rich), and returns each seed's final status. Processes come from a forkserver that has already
-imported torch and gymnasium, so a seed starts in milliseconds, not seconds.
+`run_jobs(jobs, workers)` keeps at most `workers` seed processes alive, shows their progress
+(rich), and returns each job's final status. A job is one seed of one run, so a sweep's runs
+share one pool. Processes come from a forkserver that has already imported torch and gymnasium,
+so a seed starts in milliseconds, not seconds. `backend="ray"` runs the same jobs as Ray tasks
+instead (`backflip/ray_backend.py`); the archive is written the same way either way.
 
 Every seed process records its own outcome in `seeds/<seed>/status.json`, whatever happens:
 `finished`; `failed` (exception: traceback kept; killed by a signal, e.g. the out-of-memory
@@ -13,6 +15,7 @@ Ctrl-C in the terminal reaches every process; a signal sent to the launcher alon
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -26,6 +29,7 @@ from pathlib import Path
 from backflip.runs.archive import now_iso, read_json, seed_dir, write_json
 
 PROGRESS_EVERY_S = 0.5
+BACKENDS = ("local", "ray")
 
 
 @dataclass
@@ -34,13 +38,21 @@ class SeedJob:
     seed: int
     config: dict
     append: bool = False  # resume: append to existing metrics
+    resume_from: str | None = None  # resume: the checkpoint to continue from
+    label: str = ""  # how the progress display names the run (when several share a pool)
 
 
 # --- inside the seed process ---------------------------------------------------------------------
 
 
-def _redirect_output(folder: Path, append: bool) -> None:
-    """Point this process's stdout/stderr (Python and C level) at the seed's log files."""
+@contextlib.contextmanager
+def redirected_output(folder: Path, append: bool):
+    """Point this process's stdout/stderr (Python and C level) at the seed's log files, and
+    back afterwards (a Ray worker process runs many tasks)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    old_py = sys.stdout, sys.stderr
     mode = "a" if append else "w"
     for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
         f = open(folder / name, mode)
@@ -48,21 +60,33 @@ def _redirect_output(folder: Path, append: bool) -> None:
         f.close()
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, old in zip((1, 2), saved, strict=True):
+            os.dup2(old, fd)
+            os.close(old)
+        sys.stdout, sys.stderr = old_py
 
 
-def run_seed(job: SeedJob, conn=None) -> dict:
-    """Train one seed and record its outcome; the entry point of a seed process."""
+def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
+    """Train one seed and record its outcome; the entry point of a seed process.
+
+    `conn` receives progress messages (`conn.send(tuple)`); if it has `stop_requested()`, that is
+    polled with the progress (how the Ray backend asks a seed to stop at an iteration boundary).
+    """
     import torch
 
     from backflip.algos import get_algo
     from backflip.config import TrainConfig
     from backflip.seedrun import NonFiniteError, SeedRun
+    from backflip.telemetry import truncate_logs
 
     torch.set_num_threads(1)
     folder = seed_dir(Path(job.run_dir), job.seed)
     folder.mkdir(parents=True, exist_ok=True)
-    if conn is not None:
-        _redirect_output(folder, job.append)
     status = {
         "seed": job.seed,
         "status": "running",
@@ -70,10 +94,16 @@ def run_seed(job: SeedJob, conn=None) -> dict:
         "started": now_iso(),
         "steps": 0,
     }
+    checkpoint = None
+    if job.resume_from:
+        checkpoint = torch.load(job.resume_from, map_location="cpu", weights_only=False)
+        status["resumed_from_step"] = int(checkpoint["step"])
+        truncate_logs(folder, int(checkpoint["step"]))  # rows after the checkpoint are redone
     write_json(folder / "status.json", status)
     t0 = time.perf_counter()
     run = None
     last_sent = [0.0]
+    poll_stop = getattr(conn, "stop_requested", None)
 
     def send(*msg):
         if conn is not None:
@@ -86,6 +116,8 @@ def run_seed(job: SeedJob, conn=None) -> dict:
         if time.monotonic() - last_sent[0] > PROGRESS_EVERY_S:
             last_sent[0] = time.monotonic()
             send("progress", job.seed, step, row.get("time/sps"), row.get("rollout/ep_return_mean"))
+            if poll_stop is not None and poll_stop():
+                run.stopping = True
 
     def on_warning(message):
         print(f"[doctor] {message}", file=sys.stderr, flush=True)
@@ -101,6 +133,8 @@ def run_seed(job: SeedJob, conn=None) -> dict:
             from backflip.doctor.live import LiveDoctor
 
             run.monitors.append(LiveDoctor(cfg))
+        if checkpoint is not None:
+            run.restore(checkpoint)
 
         def stop(signum, frame):
             if run.stopping:  # second signal: stop now
@@ -112,8 +146,9 @@ def run_seed(job: SeedJob, conn=None) -> dict:
                 flush=True,
             )
 
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
+        if handle_signals:
+            signal.signal(signal.SIGINT, stop)
+            signal.signal(signal.SIGTERM, stop)
         if "prefs" in job.config:  # a preference run: the policy trains on a learned reward
             from backflip.prefs.pipeline import train_seed
 
@@ -130,8 +165,9 @@ def run_seed(job: SeedJob, conn=None) -> dict:
             status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
         )
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if handle_signals:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if run is not None:
             try:
                 run.close()
@@ -158,7 +194,10 @@ def run_seed(job: SeedJob, conn=None) -> dict:
 def _child(job: SeedJob, conn) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    run_seed(job, conn)
+    folder = seed_dir(Path(job.run_dir), job.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    with redirected_output(folder, job.append):
+        run_seed(job, conn)
     conn.close()
 
 
@@ -174,8 +213,8 @@ def _context():
     return ctx
 
 
-class _Display:
-    """A rich progress table, or plain lines when output is not a terminal."""
+class Display:
+    """A rich progress table, or plain lines when output is not a terminal. Rows are jobs."""
 
     def __init__(self, jobs: list[SeedJob], enabled: bool):
         from rich.console import Console
@@ -184,7 +223,7 @@ class _Display:
         self.console = Console(stderr=True)
         self.live = enabled and self.console.is_terminal
         self.progress = Progress(
-            TextColumn("seed {task.fields[seed]:>3}"),
+            TextColumn("{task.fields[label]}seed {task.fields[seed]:>3}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[sps]:>7} steps/s"),
@@ -194,12 +233,19 @@ class _Display:
             disable=not self.live,
             transient=False,
         )
-        self.tasks = {
-            j.seed: self.progress.add_task(
-                "", total=j.config["steps"], seed=j.seed, sps="-", ret="-", status="pending"
+        self.jobs = jobs
+        self.tasks = [
+            self.progress.add_task(
+                "",
+                total=j.config["steps"],
+                label=f"{j.label} " if j.label else "",
+                seed=j.seed,
+                sps="-",
+                ret="-",
+                status="pending",
             )
             for j in jobs
-        }
+        ]
         self.enabled = enabled
 
     def __enter__(self):
@@ -209,7 +255,15 @@ class _Display:
     def __exit__(self, *exc):
         self.progress.__exit__(*exc)
 
-    def update(self, seed, step=None, sps=None, ret=None, status=None):
+    def message(self, i: int, msg: tuple) -> None:
+        """A message sent by job i's `run_seed`."""
+        kind = msg[0]
+        if kind == "progress":
+            self.update(i, step=msg[2], sps=msg[3], ret=msg[4])
+        elif kind == "warning":
+            self.print(f"{self._name(i)}: warning: {msg[2]}")
+
+    def update(self, i, step=None, sps=None, ret=None, status=None):
         fields = {}
         if sps is not None:
             fields["sps"] = f"{sps:,.0f}"
@@ -217,17 +271,56 @@ class _Display:
             fields["ret"] = f"{ret:.1f}"
         if status is not None:
             fields["status"] = status
-        self.progress.update(self.tasks[seed], completed=step, **fields)
+        self.progress.update(self.tasks[i], completed=step, **fields)
+
+    def finished(self, i: int, status: dict) -> None:
+        self.update(i, step=status.get("steps"), status=status["status"])
+        prefix = f"{self.jobs[i].label}: " if self.jobs[i].label else ""
+        self.print(prefix + seed_line(status))
+
+    def _name(self, i: int) -> str:
+        job = self.jobs[i]
+        return f"{job.label} seed {job.seed}" if job.label else f"seed {job.seed}"
 
     def print(self, text: str):
         if self.enabled:
             self.console.print(text, markup=False, highlight=False)
 
 
+def run_jobs(
+    jobs: list[SeedJob],
+    workers: int,
+    progress: bool = True,
+    backend: str = "local",
+    address: str | None = None,
+) -> list[dict]:
+    """Run every job, at most `workers` at once; each job's final status, in job order."""
+    if backend == "ray":
+        from backflip.ray_backend import run_jobs_ray
+
+        with Display(jobs, progress) as display:
+            done = run_jobs_ray(jobs, workers, display, address)
+    elif backend == "local":
+        with Display(jobs, progress) as display:
+            done = _run_jobs_local(jobs, workers, display)
+    else:
+        from backflip.errors import UserError
+
+        raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    for i, job in enumerate(jobs):  # never started because of a stop request
+        if i not in done:
+            done[i] = mark_not_started(job)
+    return [done[i] for i in range(len(jobs))]
+
+
 def run_seeds(jobs: list[SeedJob], workers: int, progress: bool = True) -> dict[int, dict]:
-    """Run each job in its own process, at most `workers` at once; {seed: final status}."""
+    """The jobs of one run: {seed: final status}."""
+    return {j.seed: st for j, st in zip(jobs, run_jobs(jobs, workers, progress), strict=True)}
+
+
+def _run_jobs_local(jobs: list[SeedJob], workers: int, display: Display) -> dict[int, dict]:
     ctx = _context()
-    pending, active, done = list(jobs), {}, {}
+    pending, active, done = list(range(len(jobs))), {}, {}
     stopping = False
 
     def on_signal(signum, frame):
@@ -243,64 +336,61 @@ def run_seeds(jobs: list[SeedJob], workers: int, progress: bool = True) -> dict[
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with _Display(jobs, progress) as display:
-            # after a stop request, pending seeds never start: wait for the active ones only
-            while active or (pending and not stopping):
-                while pending and len(active) < workers and not stopping:
-                    job = pending.pop(0)
-                    reader, writer = ctx.Pipe(duplex=False)
-                    proc = ctx.Process(
-                        target=_child,
-                        args=(job, writer),
-                        daemon=False,
-                        name=f"backflip-seed-{job.seed}",
-                    )
-                    proc.start()
-                    writer.close()
-                    active[job.seed] = (proc, reader)
-                    display.update(job.seed, step=0, status="running")
-                readers = [r for _, r in active.values()]
-                for r in wait(readers, timeout=0.2) if readers else []:
-                    try:
-                        msg = r.recv()
-                    except (EOFError, OSError):
-                        continue
-                    kind, seed = msg[0], msg[1]
-                    if kind == "progress":
-                        display.update(seed, step=msg[2], sps=msg[3], ret=msg[4])
-                    elif kind == "warning":
-                        display.print(f"seed {seed}: warning: {msg[2]}")
-                for seed, (proc, reader) in list(active.items()):
-                    if proc.is_alive():
-                        continue
-                    proc.join()
-                    reader.close()
-                    del active[seed]
-                    done[seed] = _final_status(
-                        next(j for j in jobs if j.seed == seed), proc.exitcode
-                    )
-                    st = done[seed]
-                    display.update(seed, step=st.get("steps"), status=st["status"])
-                    display.print(_seed_line(st))
-            for job in pending:  # never started because of a stop request
-                status = {
-                    "seed": job.seed,
-                    "status": "interrupted",
-                    "steps": 0,
-                    "error": "not started: the launcher was stopped",
-                    "ended": now_iso(),
-                }
-                folder = seed_dir(Path(job.run_dir), job.seed)
-                folder.mkdir(parents=True, exist_ok=True)
-                write_json(folder / "status.json", status)
-                done[job.seed] = status
+        while pending or active:
+            while pending and len(active) < workers and not stopping:
+                i = pending.pop(0)
+                reader, writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(
+                    target=_child,
+                    args=(jobs[i], writer),
+                    daemon=False,
+                    name=f"backflip-seed-{jobs[i].seed}",
+                )
+                proc.start()
+                writer.close()
+                active[i] = (proc, reader)
+                display.update(i, step=0, status="running")
+            if stopping and not active:
+                break
+            owner = {id(r): i for i, (_, r) in active.items()}
+            readers = [r for _, r in active.values()]
+            for r in wait(readers, timeout=0.2) if readers else []:
+                try:
+                    msg = r.recv()
+                except (EOFError, OSError):
+                    continue
+                display.message(owner[id(r)], msg)
+            for i, (proc, reader) in list(active.items()):
+                if proc.is_alive():
+                    continue
+                proc.join()
+                reader.close()
+                del active[i]
+                done[i] = final_status(jobs[i], proc.exitcode)
+                display.finished(i, done[i])
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     return done
 
 
-def _final_status(job: SeedJob, exitcode: int | None) -> dict:
+def mark_not_started(job: SeedJob) -> dict:
+    folder = seed_dir(Path(job.run_dir), job.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    if job.resume_from:  # a resumed seed keeps its old status: still resumable
+        return read_json(folder / "status.json")
+    status = {
+        "seed": job.seed,
+        "status": "interrupted",
+        "steps": 0,
+        "error": "not started: the launcher was stopped",
+        "ended": now_iso(),
+    }
+    write_json(folder / "status.json", status)
+    return status
+
+
+def final_status(job: SeedJob, exitcode: int | None, why: str | None = None) -> dict:
     """The seed's status.json, repaired when its process died without writing the outcome."""
     path = seed_dir(Path(job.run_dir), job.seed) / "status.json"
     try:
@@ -308,10 +398,12 @@ def _final_status(job: SeedJob, exitcode: int | None) -> dict:
     except Exception:  # noqa: BLE001
         status = {"seed": job.seed}
     if status.get("status") in (None, "running"):
-        if exitcode is not None and exitcode < 0:
+        if why:
+            status["error"] = why
+        elif exitcode is not None and exitcode < 0:
             sig = signal.Signals(-exitcode).name
-            why = " (often the kernel's out-of-memory killer)" if sig == "SIGKILL" else ""
-            status["error"] = f"the seed's process was killed by {sig}{why}"
+            extra = " (often the kernel's out-of-memory killer)" if sig == "SIGKILL" else ""
+            status["error"] = f"the seed's process was killed by {sig}{extra}"
         else:
             status["error"] = f"the seed's process exited with code {exitcode} without a result"
         status.update(status="failed", ended=now_iso())
@@ -319,7 +411,7 @@ def _final_status(job: SeedJob, exitcode: int | None) -> dict:
     return status
 
 
-def _seed_line(st: dict) -> str:
+def seed_line(st: dict) -> str:
     ev = st.get("final_eval_return")
     result = f"eval return {ev:.1f}" if ev is not None else "no evaluation"
     line = f"seed {st['seed']}: {st['status']} after {st.get('steps', 0):,} steps, {result}"
@@ -330,41 +422,59 @@ def _seed_line(st: dict) -> str:
     return line
 
 
-# --- a whole run: archive, seeds, outcome ---------------------------------------------------------
+# --- whole runs: archive, seeds, outcome ----------------------------------------------------------
 
 
-def launch_run(
-    cfg,
+def launch_runs(
+    cfgs: list,
     home: Path,
     argv: list[str],
-    message: str = "",
+    messages: list[str] | None = None,
     workers: int | None = None,
     progress: bool = True,
+    tags: list[list[str]] | None = None,
+    labels: list[str] | None = None,
+    backend: str = "local",
+    address: str | None = None,
     rerun_of: str | None = None,
-    tags: list[str] | None = None,
     on_created=None,
     extra: dict | None = None,
-) -> dict:
-    """Archive a new run of `cfg` (a TrainConfig), train its seeds in parallel, record the outcome.
-
-    `on_created(run_dir)` is called as soon as the run exists (the CLI prints the id then).
-    `extra` adds sections to the stored config (`prefs` for a preference-learning run).
-    """
+) -> list[dict]:
+    """Archive one new run per config (TrainConfig), train all their seeds in one pool, record
+    each outcome and the doctor's findings; the finished records, in order. `on_created(run_dir)`
+    is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
+    every stored config (`prefs` for a preference-learning run)."""
     from backflip.runs.archive import create_run, finalize_run
 
     workers = max(1, workers or os.cpu_count() or 1)
-    config = {**cfg.to_dict(), **(extra or {})}
-    run_dir, _ = create_run(home, config, argv, message, rerun_of=rerun_of, tags=tags)
-    if on_created is not None:
-        on_created(run_dir)
+    n = len(cfgs)
+    messages = messages or [""] * n
+    tags = tags or [[] for _ in range(n)]
+    labels = labels or [""] * n
+    run_dirs, jobs = [], []
+    for cfg, message, tag, label in zip(cfgs, messages, tags, labels, strict=True):
+        config = {**cfg.to_dict(), **(extra or {})}
+        run_dir, _ = create_run(
+            home,
+            config,
+            argv,
+            message,
+            rerun_of=rerun_of,
+            tags=tag,
+            extra={"backend": {"name": backend, "address": address}},
+        )
+        run_dirs.append(run_dir)
+        if on_created is not None:
+            on_created(run_dir)
+        jobs += [SeedJob(str(run_dir), s, config, label=label) for s in cfg.seeds]
     started = time.time()
-    jobs = [SeedJob(str(run_dir), s, config) for s in cfg.seeds]
     try:
-        run_seeds(jobs, workers=min(workers, len(jobs)), progress=progress)
-    finally:  # even if the launcher itself fails, the run gets an outcome
-        record = finalize_run(home, run_dir, started)
-    record["findings"] = diagnose_finished(run_dir)
-    return record
+        run_jobs(jobs, min(workers, len(jobs)), progress, backend=backend, address=address)
+    finally:  # even if the launcher itself fails, every run gets an outcome
+        records = [finalize_run(home, d, started) for d in run_dirs]
+    for record, run_dir in zip(records, run_dirs, strict=True):
+        record["findings"] = diagnose_finished(run_dir)
+    return records
 
 
 def diagnose_finished(run_dir: Path) -> list[dict]:
@@ -389,3 +499,38 @@ def diagnose_finished(run_dir: Path) -> list[dict]:
                 "evidence": {},
             }
         ]
+
+
+def launch_run(
+    cfg,
+    home: Path,
+    argv: list[str],
+    message: str = "",
+    workers: int | None = None,
+    progress: bool = True,
+    rerun_of: str | None = None,
+    tags: list[str] | None = None,
+    on_created=None,
+    backend: str = "local",
+    address: str | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """Archive a new run of `cfg` (a TrainConfig), train its seeds in parallel, record the outcome.
+
+    `on_created(run_dir)` is called as soon as the run exists (the CLI prints the id then).
+    `extra` adds sections to the stored config (`prefs` for a preference-learning run).
+    """
+    return launch_runs(
+        [cfg],
+        home,
+        argv,
+        [message],
+        workers,
+        progress,
+        tags=[list(tags or [])],
+        backend=backend,
+        address=address,
+        rerun_of=rerun_of,
+        on_created=on_created,
+        extra=extra,
+    )[0]

@@ -54,6 +54,25 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], envs, episodes: int, seed:
     return ret, length
 
 
+def count_params(state: dict) -> int:
+    """Trainable parameters in an algorithm's `state()`: the tensors of its networks' state dicts,
+    not counting optimizer state, target networks (copies) or buffers and statistics.
+    Convention (docs/experiments.md): networks are stored under keys that do not start with
+    `target`, `opt`, `replay`, `buffer`, or end in `_norm`/`_scaler`."""
+    skip_prefix = ("target", "opt", "replay", "buffer")
+    total = 0
+    for key, value in state.items():
+        if key.startswith(skip_prefix) or key.endswith(("_norm", "_scaler")):
+            continue
+        if (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(v, torch.Tensor) for v in value.values())
+        ):
+            total += sum(v.numel() for v in value.values() if v.is_floating_point())
+    return int(total)
+
+
 class SeedRun:
     """One seed of one run: budget, env, telemetry, evaluation, checkpoints, stop flag."""
 
@@ -96,6 +115,7 @@ class SeedRun:
         # continues counting from `start_step`.
         self.restored: dict | None = None
         self.start_step = 0
+        self._rng: dict | None = None  # the checkpoint's RNG states until restore_rng()
         seed_everything(seed)
 
     @property
@@ -107,6 +127,12 @@ class SeedRun:
 
     def log(self, step: int) -> dict:
         """Write one metrics row for `step` (telemetry, NaN check, live doctor, progress)."""
+        if self._rng is not None:
+            self._rng = None
+            self.warn(
+                f"resume: {self.cfg.algo} did not call run.restore_rng(); this resumed seed "
+                "will not match an uninterrupted one"
+            )
         self.step = step
         return self.tel.dump(step)
 
@@ -223,6 +249,8 @@ class SeedRun:
     def save_checkpoint(self, step: int, state: dict, name: str | None = None) -> Path | None:
         if self.out_dir is None:
             return None
+        # metrics first: a checkpoint on disk promises every row up to its step is too (resume)
+        self.tel.flush()
         folder = self.out_dir / "checkpoints"
         folder.mkdir(exist_ok=True)
         path = folder / (name or f"step_{step:09d}.pt")
@@ -233,6 +261,7 @@ class SeedRun:
             "seed": self.seed,
             "config": self.cfg.to_dict(),
             "state": state,
+            "telemetry": self.tel.state(),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "numpy": np.random.get_state(),
@@ -244,6 +273,32 @@ class SeedRun:
         os.replace(tmp, path)
         self.result["checkpoint"] = str(path)
         return path
+
+    def restore(self, checkpoint: dict) -> None:
+        """Continue from a checkpoint written by `save_checkpoint` (`backflip resume`).
+
+        Sets `restored` (the algorithm's `state()` dict) and `start_step`, and puts back what
+        SeedRun itself owns: the global RNG states, the telemetry's episode window and clock, and
+        the evaluation and checkpoint schedules. The algorithm restores the rest from `restored`
+        (see docs/experiments.md, "What an algorithm must put in state()") and then calls
+        `restore_rng()`.
+        """
+        self.restored, self.start_step = checkpoint["state"], int(checkpoint["step"])
+        self.step = self.start_step
+        self._rng = checkpoint["rng"]
+        self.tel.restore(checkpoint.get("telemetry"), self.start_step)
+        if self.opts.eval_every:
+            self._next_eval = self.opts.eval_every * (self.start_step // self.opts.eval_every + 1)
+        self._next_ckpt = self._ckpt_every * (self.start_step // self._ckpt_every + 1)
+        self.result["resumed_from_step"] = self.start_step
+
+    def restore_rng(self) -> None:
+        """Put back the checkpoint's global RNG states (torch, NumPy, Python). An algorithm calls
+        this at the end of its restore block: building its networks consumed random numbers."""
+        torch.set_rng_state(self._rng["torch"])
+        np.random.set_state(self._rng["numpy"])
+        random.setstate(self._rng["python"])
+        self._rng = None
 
     def finish(self, step: int, act: Callable[[np.ndarray], np.ndarray], state: dict) -> None:
         """End of training: final greedy evaluation, row, final checkpoint.
@@ -257,8 +312,9 @@ class SeedRun:
             self.tel.dump(step)
         self.save_checkpoint(step, state, name="final.pt")
         self.result["steps"] = step
+        self.result["params"] = count_params(state)
         train_time = time.perf_counter() - self.t_start - self.eval_time
-        self.result["sps"] = step / train_time if train_time > 0 else 0.0
+        self.result["sps"] = (step - self.start_step) / train_time if train_time > 0 else 0.0
 
     def close(self) -> None:
         self.tel.close()

@@ -1,54 +1,233 @@
-"""Statistics over seeds: interquartile mean and bootstrap confidence intervals.
+"""Statistics over seeds: aggregates with stratified bootstrap intervals, and comparisons.
 
-Deep RL results vary so much across seeds that a mean of three runs says little (Henderson et al.
-2017). Summaries report the interquartile mean (IQM, Agarwal et al. 2021: the mean of the middle
-50% of runs, robust to one outlier seed yet more efficient than the median) with a percentile
-bootstrap 95% confidence interval, plus min, max and every seed's value.
+Deep RL results vary so much across seeds that two groups of five seeds of the same code can
+differ "significantly" (Henderson et al. 2017). The tools here follow Agarwal et al. (2021,
+"Deep RL at the Edge of the Statistical Precipice", the `rliable` library):
+
+- aggregates over runs: mean, median and the interquartile mean (IQM: the mean of the middle
+  50% of runs, robust to one outlier seed yet more efficient than the median), each with a
+  **stratified bootstrap** 95% confidence interval — runs are resampled with replacement
+  *within* each task (env), never across, so an easy task cannot stand in for a hard one;
+- the **probability of improvement** P(X > Y): the chance that a random run of X beats a
+  random run of Y on the same task (the Mann–Whitney U statistic divided by n_x·n_y, averaged
+  over tasks), with a CI from resampling both sides independently within each task;
+- **Welch's t-test** (unequal variances) on the difference of means;
+- the **success fraction**: the share of runs reaching a threshold, with a Wilson interval.
+
+Scores are arrays of shape (runs,) for one task or (runs, tasks). The statistics use SciPy
+(`trim_mean`, `mannwhitneyu`, `ttest_ind`, `binomtest`); the stratified bootstrap itself is a
+few lines of NumPy because SciPy has no stratified resampler and rliable's needs `arch` and
+pandas < 3 — `tests/test_stats.py` checks that both give the same intervals on the same scores.
+The bootstrap draws from a fixed seed, so a summary printed twice is the same summary.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 from scipy import stats as sps
 
 MIN_TRUSTWORTHY_SEEDS = 5
+REPS = 10_000  # bootstrap resamples: CI endpoints stable to ~1% of the score range
+LEVEL = 0.95
 
 
-def iqm(x) -> float:
-    """Interquartile mean: the mean of the middle 50% (scipy's 25%-trimmed mean)."""
+def _as_2d(scores) -> np.ndarray:
+    """(runs,) or (runs, tasks) -> float64 (runs, tasks)."""
+    x = np.asarray(scores, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2:
+        raise ValueError(f"scores must be (runs,) or (runs, tasks), got shape {x.shape}")
+    return x
+
+
+# --- aggregate statistics; each takes (..., runs, tasks) and reduces the last two axes ---------
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    return x.reshape(*x.shape[:-2], -1)
+
+
+def iqm(x) -> float | np.ndarray:
+    """Interquartile mean over all runs and tasks: scipy's 25%-trimmed mean."""
     x = np.asarray(x, dtype=np.float64)
-    return float(sps.trim_mean(x, 0.25)) if x.size else float("nan")
+    if x.size == 0:
+        return float("nan")
+    if x.ndim <= 2:
+        return float(sps.trim_mean(x.reshape(-1), 0.25))
+    return sps.trim_mean(_flat(x), 0.25, axis=-1)
 
 
-def bootstrap_ci(
-    x, statistic=iqm, reps: int = 2000, level: float = 0.95, seed: int = 0
+def iqm_columns(x) -> np.ndarray:
+    """IQM over the runs axis (-2) of (..., runs, columns): one value per column (curve step)."""
+    return sps.trim_mean(np.asarray(x, dtype=np.float64), 0.25, axis=-2)
+
+
+def mean(x) -> float | np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return float(x.mean()) if x.ndim <= 2 else _flat(x).mean(-1)
+
+
+def median(x) -> float | np.ndarray:
+    """The median over all runs and tasks (rliable's `aggregate_median` is instead the median of
+    per-task means; with one task that would be the mean, which is not what a reader expects)."""
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.median(x)) if x.ndim <= 2 else np.median(_flat(x), -1)
+
+
+STATISTICS: dict[str, Callable] = {"iqm": iqm, "mean": mean, "median": median}
+
+
+def stratified_resample(x: np.ndarray, reps: int, rng: np.random.Generator) -> np.ndarray:
+    """(reps, runs, tasks): each task's runs resampled with replacement, independently per task."""
+    n, m = x.shape
+    idx = rng.integers(0, n, size=(reps, n, m))
+    return x[idx, np.arange(m)]
+
+
+def stratified_bootstrap_ci(
+    scores, statistic=iqm, reps: int = REPS, level: float = LEVEL, seed: int = 0
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of `statistic` over resamples of the seeds."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.size < 2:
+    """Percentile interval of `statistic` over stratified bootstrap resamples of the runs."""
+    x = _as_2d(scores)
+    if x.shape[0] < 2:
         return (float("nan"), float("nan"))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(reps, x.size))
-    values = np.apply_along_axis(statistic, 1, x[idx])
+    values = statistic(stratified_resample(x, reps, np.random.default_rng(seed)))
     alpha = (1 - level) / 2
     return float(np.quantile(values, alpha)), float(np.quantile(values, 1 - alpha))
 
 
+# kept for callers of the first version: a 1-D percentile bootstrap is the one-task special case
+bootstrap_ci = stratified_bootstrap_ci
+
+
+def aggregate(scores, reps: int = REPS, level: float = LEVEL, seed: int = 0) -> dict:
+    """Point estimate and CI of the mean, median and IQM: {"iqm": (value, low, high), ...}."""
+    x = _as_2d(scores)
+    rng = np.random.default_rng(seed)
+    samples = stratified_resample(x, reps, rng) if x.shape[0] >= 2 else None
+    alpha = (1 - level) / 2
+    out = {}
+    for name, fn in STATISTICS.items():
+        low = high = float("nan")
+        if samples is not None:
+            values = fn(samples)
+            low, high = float(np.quantile(values, alpha)), float(np.quantile(values, 1 - alpha))
+        out[name] = (fn(x), low, high)
+    return out
+
+
 def summarize(values) -> dict:
-    """IQM [95% CI], mean, median, min, max and n of per-seed scores."""
+    """Per-seed final scores of one run -> IQM [95% CI], mean [CI], median [CI], min, max, n.
+
+    Missing values (a seed that failed before its evaluation) are dropped here; callers that
+    must report every run (preregistered plans) count them separately.
+    """
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
     if x.size == 0:
         return {"n": 0}
-    low, high = bootstrap_ci(x)
+    agg = aggregate(x)
     return {
         "n": int(x.size),
-        "iqm": iqm(x),
-        "ci_low": low,
-        "ci_high": high,
-        "mean": float(x.mean()),
-        "median": float(np.median(x)),
+        "iqm": agg["iqm"][0],
+        "ci_low": agg["iqm"][1],
+        "ci_high": agg["iqm"][2],
+        "mean": agg["mean"][0],
+        "mean_ci": [agg["mean"][1], agg["mean"][2]],
+        "median": agg["median"][0],
+        "median_ci": [agg["median"][1], agg["median"][2]],
         "min": float(x.min()),
         "max": float(x.max()),
         "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
         "trustworthy": bool(x.size >= MIN_TRUSTWORTHY_SEEDS),
     }
+
+
+# --- comparisons ----------------------------------------------------------------------------------
+
+
+def _poi(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P(X > Y) + 0.5 P(X = Y) per task, averaged over tasks; x (..., n_x, tasks), y (..., n_y,
+    tasks). SciPy's U statistic for x counts the pairs where x wins (ties count one half)."""
+    u = sps.mannwhitneyu(x, y, axis=-2, method="asymptotic").statistic
+    return (u / (x.shape[-2] * y.shape[-2])).mean(-1)
+
+
+def probability_of_improvement(
+    x, y, reps: int = REPS, level: float = LEVEL, seed: int = 0
+) -> tuple[float, float, float]:
+    """(P(X > Y), low, high): Mann–Whitney based, averaged over tasks, with a stratified
+    bootstrap interval that resamples X's and Y's runs independently within each task."""
+    x, y = _as_2d(x), _as_2d(y)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError("x and y must have the same number of tasks")
+    point = float(_poi(x, y))
+    if min(x.shape[0], y.shape[0]) < 2:
+        return point, float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    xs, ys = stratified_resample(x, reps, rng), stratified_resample(y, reps, rng)
+    values = _poi(xs, ys)
+    alpha = (1 - level) / 2
+    return point, float(np.quantile(values, alpha)), float(np.quantile(values, 1 - alpha))
+
+
+def welch(x, y) -> dict:
+    """Welch's t-test of mean(X) - mean(Y) on all scores of each side (one task)."""
+    x, y = np.ravel(np.asarray(x, float)), np.ravel(np.asarray(y, float))
+    if min(x.size, y.size) < 2:
+        return {"t": float("nan"), "p": float("nan"), "diff": float(x.mean() - y.mean())}
+    if x.std() == 0 and y.std() == 0:  # two constant samples: no variance to test against
+        same = x[0] == y[0]
+        return {"t": float("nan"), "p": 1.0 if same else 0.0, "diff": float(x[0] - y[0])}
+    res = sps.ttest_ind(x, y, equal_var=False)
+    ci = res.confidence_interval(LEVEL)
+    return {
+        "t": float(res.statistic),
+        "p": float(res.pvalue),
+        "df": float(res.df),
+        "diff": float(x.mean() - y.mean()),
+        "diff_ci": [float(ci.low), float(ci.high)],
+    }
+
+
+def success_fraction(scores, threshold: float, level: float = LEVEL) -> dict:
+    """Share of runs scoring >= threshold, with a Wilson score interval."""
+    x = np.ravel(np.asarray(scores, float))
+    k, n = int((x >= threshold).sum()), int(x.size)
+    if n == 0:
+        return {"k": 0, "n": 0, "fraction": float("nan"), "ci": [float("nan"), float("nan")]}
+    ci = sps.binomtest(k, n).proportion_ci(level, method="wilson")
+    return {"k": k, "n": n, "fraction": k / n, "ci": [float(ci.low), float(ci.high)]}
+
+
+def compare_pair(a, b, reps: int = REPS) -> dict:
+    """Everything needed to judge "does B beat A?" on per-seed scores of one task."""
+    p, lo, hi = probability_of_improvement(b, a, reps=reps)
+    return {"poi": p, "poi_ci": [lo, hi], "welch": welch(b, a), "n_a": len(a), "n_b": len(b)}
+
+
+def verdict(name_a: str, name_b: str, cmp: dict, alpha: float = 0.05) -> str:
+    """One line: who beats whom, with the numbers; or that the evidence is insufficient.
+
+    B beats A when P(B > A)'s 95% interval lies above 0.5 *and* Welch's p < alpha (and the other
+    way round); anything else is "insufficient evidence" — which is not evidence of no difference.
+    """
+    p, (lo, hi) = cmp["poi"], cmp["poi_ci"]
+    w = cmp["welch"]["p"]
+    n = f"{cmp['n_a']} vs {cmp['n_b']} seeds"
+    if cmp["n_a"] == cmp["n_b"]:
+        n = f"{cmp['n_a']} seeds each"
+    nums = f"P({name_b}>{name_a})={p:.2f} [{lo:.2f}, {hi:.2f}], Welch p={_p(w)}, {n}"
+    if np.isfinite(lo) and lo > 0.5 and w < alpha:
+        return f"{name_b} beats {name_a}: {nums}"
+    if np.isfinite(hi) and hi < 0.5 and w < alpha:
+        return f"{name_a} beats {name_b}: {nums}"
+    return f"insufficient evidence that {name_a} and {name_b} differ: {nums}"
+
+
+def _p(p: float) -> str:
+    if not np.isfinite(p):
+        return "n/a"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"

@@ -135,6 +135,42 @@ class Telemetry:
         if self._episodes_csv is not None:
             self._episodes_csv.writerow([step, repr(float(ret)), int(length)])
 
+    # -- resume ------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        """What a checkpoint needs to continue the rows exactly (rolling episode window, wall)."""
+        return {
+            "episodes": list(self.episodes),
+            "n_episodes": self.n_episodes,
+            "wall_s": time.perf_counter() - self._t_start,
+            # values stored since the last row (algorithms that write a row every few iterations)
+            "stored": {k: list(v) for k, v in self._stored.items()},
+            "scalars": dict(self._scalars),
+        }
+
+    def restore(self, state: dict | None, step: int) -> None:
+        """Continue after a checkpoint at `step` (`backflip resume`): the episode window, the
+        wall clock and the steps/s baseline carry on; TensorBoard drops its events after `step`
+        (a SessionLog START at step + 1 makes it purge the orphaned steps >= step + 1)."""
+        if state:
+            self.episodes.extend(state["episodes"])
+            self.n_episodes = state["n_episodes"]
+            self._t_start -= state.get("wall_s", 0.0)
+            for k, values in state.get("stored", {}).items():
+                self._stored[k].extend(values)
+            self._scalars.update(state.get("scalars", {}))
+        self._step_last = step
+        if self._tb is not None:
+            from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+            self._tb.add_event(
+                Event(
+                    wall_time=time.time(),
+                    step=step + 1,
+                    session_log=SessionLog(status=SessionLog.START),
+                )
+            )
+
     # -- reduction ---------------------------------------------------------------------------
 
     def dump(self, step: int) -> dict[str, float]:
@@ -260,3 +296,27 @@ def read_episodes(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]
             except (ValueError, IndexError):
                 continue
     return np.asarray(steps), np.asarray(rets), np.asarray(lens)
+
+
+def truncate_logs(folder: str | Path, step: int) -> None:
+    """Drop rows after `step` from a seed's metrics.csv and episodes.csv (before resuming from a
+    checkpoint at `step`: what was logged after it will be logged again). Atomic per file."""
+    for name in ("metrics.csv", "episodes.csv"):
+        path = Path(folder) / name
+        if not path.exists():
+            continue
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        kept = rows[:1] + [r for r in rows[1:] if _step_of(r) is not None and _step_of(r) <= step]
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w", newline="") as f:
+            csv.writer(f).writerows(kept)
+        os.replace(tmp, path)
+
+
+def _step_of(rec: list[str]) -> int | None:
+    """The step of a complete row, or None for a truncated one (a crash mid-write)."""
+    try:
+        return int(rec[0]) if len(rec) in (3, 4) else None
+    except (ValueError, IndexError):
+        return None

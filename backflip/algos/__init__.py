@@ -6,7 +6,12 @@ Each algorithm is one module in this package that defines, at module level:
 - `train(cfg, env, seed, steps, run)`: the training loop (see `backflip.launch.SeedRun` for `run`);
 - `ACTION_SPACES`: the action-space kinds it handles ("discrete", "box");
 - `DEFAULT_STEPS` and `PRESETS` (per-env overrides, optionally with a `steps` budget);
-- `load(checkpoint, obs_space, act_space, device="cpu") -> Agent` (see `algos/common.py`).
+- `load(checkpoint, obs_space, act_space, device="cpu") -> Agent` (see `algos/common.py`);
+- a `state()` dict for checkpoints that lets `backflip resume` continue exactly
+  (docs/experiments.md, "What an algorithm must put in state()").
+
+Optional: `ABLATIONS` ({switch name: settings that turn it off}, for `backflip ablate`) and
+`BENCHMARKS` ({env id: steps}, the reference envs of `backflip bench`; default: `PRESETS`).
 
 Modules are imported lazily so that commands which only read the archive never import torch.
 """

@@ -38,7 +38,7 @@ from backflip.algos.common import (
     log_policy_health,
     log_rollout_health,
 )
-from backflip.envs import make_vec
+from backflip.envs import make_vec, restore_envs, snapshot_envs
 from backflip.nets import ActorCritic
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
@@ -164,6 +164,15 @@ def train(cfg: Config, run: SeedRun) -> None:
             "obs_norm": obs_norm.state_dict() if obs_norm else None,
             "reward_scaler": rew_scaler.state_dict() if rew_scaler else None,
             "iteration": it,
+            # the envs mid-episode and the loop's carried variables: an exact resume
+            "envs": snapshot_envs(envs),
+            "loop": {
+                "obs": obs,
+                "prev_done": prev_done,
+                "ep_ret": episodes.ret,
+                "ep_len": episodes.len,
+                "next_row": next_row,
+            },
         }
 
     it, step = 0, 0
@@ -175,6 +184,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         if rew_scaler:
             rew_scaler.load_state_dict(run.restored["reward_scaler"])
         it, step = run.restored["iteration"], run.start_step
+        run.restore_rng()  # last: building the networks above drew random numbers
 
     # Rollout storage as numpy (cheap per-step writes), one conversion per rollout.
     # `valid[t]` is False on the autoreset step that follows an episode end.
@@ -187,10 +197,19 @@ def train(cfg: Config, run: SeedRun) -> None:
     window: dict[str, list] = {}  # rollout data since the last metrics row (diagnostics)
 
     episodes = EpisodeTracker(N)
-    obs, _ = envs.reset(seed=run.env_seed + step)
-    prev_done = np.zeros(N, bool)
+    if run.restored and run.restored.get("envs"):  # continue the episodes in progress
+        envs.close()
+        envs = restore_envs(run.restored["envs"])
+        loop = run.restored["loop"]
+        obs, prev_done = loop["obs"], loop["prev_done"]
+        episodes.ret, episodes.len = loop["ep_ret"], loop["ep_len"]
+    else:  # a fresh start (or a resume whose envs could not be saved: they restart)
+        obs, _ = envs.reset(seed=run.env_seed + step)
+        prev_done = np.zeros(N, bool)
     iterations = max(1, run.steps // (N * T))
     next_row = step + cfg.log_interval
+    if run.restored:  # rows keep their schedule across a resume
+        next_row = run.restored["loop"]["next_row"]
     while it < iterations and not run.stopping:
         it += 1
         lr = cfg.lr * (1.0 - (it - 1) / iterations) if cfg.anneal_lr else cfg.lr

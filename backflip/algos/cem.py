@@ -25,7 +25,7 @@ import torch
 
 from backflip.algos.common import Agent
 from backflip.config import TrainConfig
-from backflip.envs import make_vec
+from backflip.envs import make_vec, restore_envs, snapshot_envs
 from backflip.nets import ACTIVATIONS
 from backflip.seedrun import SeedRun
 
@@ -133,15 +133,25 @@ def train(cfg: Config, run: SeedRun) -> None:
     agent = make_agent(policy, mu)  # mu is updated in place
 
     def state() -> dict:  # everything needed to continue training (backflip resume)
-        return {"mu": mu.clone(), "std": std.clone(), "generation": gen}
+        # the envs carry their RNGs across generations: saved for an exact resume
+        return {
+            "mu": mu.clone(),
+            "std": std.clone(),
+            "generation": gen,
+            "envs": snapshot_envs(envs),
+        }
 
     gen, step = 0, 0
     if run.restored:
         mu.copy_(run.restored["mu"])
         std.copy_(run.restored["std"])
         gen, step = run.restored["generation"], run.start_step
+        run.restore_rng()
 
     reset_seed: int | None = run.env_seed + step  # seed once; later resets continue the RNGs
+    if run.restored and run.restored.get("envs"):
+        envs.close()
+        envs, reset_seed = restore_envs(run.restored["envs"]), None
     while step < run.steps and not run.stopping:
         gen += 1
         # -- sample and score a population --------------------------------------------------

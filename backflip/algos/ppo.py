@@ -37,7 +37,7 @@ from backflip.algos.common import (
     log_obs_stats,
     obs_dtype,
 )
-from backflip.envs import make_vec
+from backflip.envs import make_vec, restore_envs, snapshot_envs
 from backflip.nets import ActorCritic
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
@@ -137,6 +137,19 @@ PRESETS = {
     },
 }
 
+# Design choices `backflip ablate` can turn off: name -> the settings that turn it off.
+ABLATIONS = {
+    "obs_norm": {"norm_obs": False},
+    "adv_norm": {"norm_adv": False},
+    "value_clip": {"clip_vloss": False},
+    "reward_scale": {"scale_reward": False},
+    "lr_anneal": {"anneal_lr": False},
+    "clip_anneal": {"anneal_clip": False},
+    "grad_clip": {"max_grad_norm": 0.0},
+    "kl_stop": {"target_kl": 0.0},
+    "entropy_bonus": {"ent_coef": 0.0},
+}
+
 
 def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
     """The trained agent stored in a checkpoint written by `train`."""
@@ -174,6 +187,14 @@ def train(cfg: Config, run: SeedRun) -> None:
             "obs_norm": obs_norm.state_dict() if obs_norm else None,
             "reward_scaler": rew_scaler.state_dict() if rew_scaler else None,
             "iteration": it,
+            # the envs mid-episode and the loop's carried variables: an exact resume
+            "envs": snapshot_envs(envs),
+            "loop": {
+                "obs": obs,
+                "prev_done": prev_done,
+                "ep_ret": episodes.ret,
+                "ep_len": episodes.len,
+            },
         }
 
     it, step = 0, 0
@@ -185,6 +206,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         if rew_scaler:
             rew_scaler.load_state_dict(run.restored["reward_scaler"])
         it, step = run.restored["iteration"], run.start_step
+        run.restore_rng()  # last: building the networks above drew random numbers
 
     # Rollout storage: torch for what the update reads, numpy for what the env returns.
     # `valid[t]` is False on the autoreset step that follows an episode end.
@@ -199,8 +221,15 @@ def train(cfg: Config, run: SeedRun) -> None:
     raw_obs = np.zeros((T, N, *obs_space.shape), np.float32) if diag and not images else None
 
     episodes = EpisodeTracker(N)
-    obs, _ = envs.reset(seed=run.env_seed + step)
-    prev_done = np.zeros(N, bool)
+    if run.restored and run.restored.get("envs"):  # continue the episodes in progress
+        envs.close()
+        envs = restore_envs(run.restored["envs"])
+        loop = run.restored["loop"]
+        obs, prev_done = loop["obs"], loop["prev_done"]
+        episodes.ret, episodes.len = loop["ep_ret"], loop["ep_len"]
+    else:  # a fresh start (or a resume whose envs could not be saved: they restart)
+        obs, _ = envs.reset(seed=run.env_seed + step)
+        prev_done = np.zeros(N, bool)
     iterations = max(1, run.steps // (N * T))
     while it < iterations and not run.stopping:
         it += 1

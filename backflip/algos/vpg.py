@@ -34,7 +34,7 @@ from backflip.algos.common import (
     log_rollout_health,
     obs_dtype,
 )
-from backflip.envs import make_vec
+from backflip.envs import make_vec, restore_envs, snapshot_envs
 from backflip.nets import ActorCritic
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
@@ -159,6 +159,14 @@ def train(cfg: Config, run: SeedRun) -> None:
             "obs_norm": obs_norm.state_dict() if obs_norm else None,
             "reward_scaler": rew_scaler.state_dict() if rew_scaler else None,
             "iteration": it,
+            # the envs mid-episode and the loop's carried variables: an exact resume
+            "envs": snapshot_envs(envs),
+            "loop": {
+                "obs": obs,
+                "prev_done": prev_done,
+                "ep_ret": episodes.ret,
+                "ep_len": episodes.len,
+            },
         }
 
     it, step = 0, 0
@@ -171,6 +179,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         if rew_scaler:
             rew_scaler.load_state_dict(run.restored["reward_scaler"])
         it, step = run.restored["iteration"], run.start_step
+        run.restore_rng()  # last: building the networks above drew random numbers
 
     # Rollout storage. `valid[t]` is False on the autoreset step that follows an episode end.
     obs_buf = torch.zeros((T, N, *obs_space.shape), dtype=obs_dtype(obs_space))
@@ -181,8 +190,15 @@ def train(cfg: Config, run: SeedRun) -> None:
     raw_rew = np.zeros((T, N))
 
     episodes = EpisodeTracker(N)
-    obs, _ = envs.reset(seed=run.env_seed + step)
-    prev_done = np.zeros(N, bool)
+    if run.restored and run.restored.get("envs"):  # continue the episodes in progress
+        envs.close()
+        envs = restore_envs(run.restored["envs"])
+        loop = run.restored["loop"]
+        obs, prev_done = loop["obs"], loop["prev_done"]
+        episodes.ret, episodes.len = loop["ep_ret"], loop["ep_len"]
+    else:  # a fresh start (or a resume whose envs could not be saved: they restart)
+        obs, _ = envs.reset(seed=run.env_seed + step)
+        prev_done = np.zeros(N, bool)
     iterations = max(1, run.steps // (N * T))
     while it < iterations and not run.stopping:
         it += 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_home
+from backflip.commands import add_backend, add_home
 
 
 def register(sub) -> None:
@@ -12,6 +12,7 @@ def register(sub) -> None:
     p.add_argument("run", metavar="ID")
     p.add_argument("--workers", type=int, metavar="K")
     p.add_argument("-m", "--message", default=None, help="default: the original's message")
+    add_backend(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")
     add_home(p)
@@ -38,4 +39,6 @@ def run(args) -> int:
         tags=original.get("tags"),
         as_json=args.json,
         extra={k: original["config"][k] for k in ("prefs",) if k in original["config"]},
+        backend=args.backend,
+        address=args.address,
     )

@@ -8,6 +8,14 @@ from backflip.commands import add_home, print_json
 def register(sub) -> None:
     p = sub.add_parser("show", help="everything about one run, and how to reproduce it")
     p.add_argument("run", metavar="ID", help="run id, unique prefix, `last`, or a run directory")
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="write a PNG of every seed's learning curve and their IQM with a 95%% band",
+    )
+    p.add_argument(
+        "--metric", default="return", help="curve for --plot: return or a metrics.csv name"
+    )
     p.add_argument("--json", action="store_true")
     add_home(p)
     p.set_defaults(func=run)
@@ -27,6 +35,10 @@ def run(args) -> int:
             record["findings"] = json.loads((run_dir / "findings.json").read_text())["findings"]
         except (json.JSONDecodeError, KeyError, OSError):
             pass  # a damaged findings file: `backflip doctor ID` recomputes it
+    if args.plot:
+        from backflip.plots import run_figure
+
+        record["plot"] = str(run_figure(run_dir, args.plot, args.metric))
     if args.json:
         print_json(record)
         return 0
@@ -81,4 +93,6 @@ def run(args) -> int:
         patch = " && git apply " + str(run_dir / "code.patch") if git.get("dirty") else ""
         print(f"  code: git -C {git['root']} checkout {git['commit']}{patch}")
     print(f"  or: backflip rerun {record['id']}")
+    if record.get("plot"):
+        print(f"plot: {record['plot']}")
     return 0

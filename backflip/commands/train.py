@@ -6,7 +6,7 @@ import os
 import sys
 import warnings
 
-from backflip.commands import add_home, print_json
+from backflip.commands import add_backend, add_home, print_json
 
 
 def register(sub) -> None:
@@ -41,6 +41,7 @@ def register(sub) -> None:
         dest="sets",
         help="override a setting (repeatable); see `backflip train ALGO --env E --list-keys`",
     )
+    add_backend(p)
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
     p.add_argument("-m", "--message", default="", help="the question this run is meant to answer")
     p.add_argument("--tag", action="append", default=[], help="label the run (repeatable)")
@@ -111,6 +112,8 @@ def run(args) -> int:
         not args.no_progress,
         tags=args.tag,
         as_json=args.json,
+        backend=args.backend,
+        address=args.address,
         surprise=args.surprise,
         ask=not args.no_ask,
     )
@@ -127,6 +130,8 @@ def execute(
     tags=None,
     as_json=False,
     extra=None,
+    backend="local",
+    address=None,
     surprise=None,
     ask=True,
 ) -> int:
@@ -142,6 +147,7 @@ def execute(
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
+    check_backend(backend, address)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AtariProtocolWarning)
         check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
@@ -179,6 +185,8 @@ def execute(
         tags=tags,
         on_created=created,
         extra=extra,
+        backend=backend,
+        address=address,
     )
     if as_json:
         print_json(record)
@@ -186,6 +194,19 @@ def execute(
         print(run_summary(record))
         print(f"archived in {record['dir']} — details: backflip show {record['id']}")
     return {"finished": 0, "interrupted": 130}.get(record["status"], 1)
+
+
+def check_backend(backend: str, address: str | None) -> None:
+    """A clear message before anything is archived: ray missing, or --address without ray."""
+    from backflip.errors import UserError
+
+    if address and backend != "ray":
+        raise UserError("--address is for --backend ray")
+    if backend == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise UserError("--backend ray needs Ray: pip install 'backflip[ray]'")
 
 
 def list_keys(cfg) -> int:

@@ -8,7 +8,9 @@ returns the reset observation, and that step's action is ignored) and the same s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import pickle
 import warnings
 
 import gymnasium as gym
@@ -184,13 +186,37 @@ def make_vec(
         env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point")
     else:
         env = gym.vector.SyncVectorEnv(
-            [lambda: make_env(env_id, opts, evaluation=evaluation) for _ in range(num_envs)],
+            # a partial, not a lambda: the envs pickle into checkpoints (exact resume)
+            [
+                functools.partial(make_env, env_id, opts, evaluation=evaluation)
+                for _ in range(num_envs)
+            ],
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
         )
     if not evaluation:
         for wrap in TRAINING_VEC_WRAPPERS:
             env = wrap(env)
     return env
+
+
+def snapshot_envs(envs: gym.vector.VectorEnv) -> bytes | None:
+    """The complete state of vectorized envs (mid-episode, with their RNGs) as bytes, so that
+    `backflip resume` continues exactly where a checkpoint was taken. None when it can't be
+    captured: envs whose pickling re-creates them from constructor arguments (EzPickle, e.g.
+    MuJoCo) or that hold unpicklable handles; a resume then starts them from a fresh reset."""
+    copies = getattr(envs, "envs", None) or [envs]
+    if any(isinstance(e.unwrapped, gym.utils.EzPickle) for e in copies):
+        return None
+    try:
+        return pickle.dumps(envs)
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError):
+        return None
+
+
+def restore_envs(blob: bytes) -> gym.vector.VectorEnv:
+    """Vectorized envs from `snapshot_envs` (a checkpoint this machine wrote: trusted input)."""
+    register_envs()
+    return pickle.loads(blob)
 
 
 def env_options_active(opts: EnvOptions) -> dict:

@@ -171,8 +171,11 @@ def create_run(
     message: str = "",
     rerun_of: str | None = None,
     tags: list[str] | None = None,
+    extra: dict | None = None,
 ) -> tuple[Path, dict]:
-    """Make the run directory, capture provenance, write run.json and index it."""
+    """Make the run directory, capture provenance, write run.json and index it.
+
+    `extra` adds keys to run.json (e.g. `backend`: where the seeds run)."""
     from backflip.runs import index, provenance
 
     for _ in range(100):
@@ -201,6 +204,7 @@ def create_run(
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "provenance": prov,
+        **(extra or {}),
     }
     write_json(run_dir / "run.json", record)
     record["seeds"] = [{"seed": s, "status": "pending"} for s in config["seeds"]]

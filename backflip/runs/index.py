@@ -156,3 +156,22 @@ def reindex(home: Path) -> int:
         except Exception:  # noqa: BLE001 — a corrupt run is skipped here; `show` reports it
             continue
     return n
+
+
+def used_seeds(home: Path, env: str) -> dict[int, list[str]]:
+    """{seed: [run ids]} of every archived run on `env`, any algorithm (fresh-seed checks)."""
+    if not (home / "index.sqlite").exists():
+        return {}
+    con = connect(home)
+    try:
+        rows = con.execute(
+            "SELECT seeds.seed, runs.id FROM seeds JOIN runs ON seeds.run_id = runs.id "
+            "WHERE runs.env = ?",
+            (env,),
+        ).fetchall()
+    finally:
+        con.close()
+    out: dict[int, list[str]] = {}
+    for seed, run_id in rows:
+        out.setdefault(int(seed), []).append(run_id)
+    return out

@@ -1,0 +1,275 @@
+"""`backflip bench`: the benchmark battery — every algorithm on its reference envs, compared with
+the previous battery so a regression is caught the day it lands (Schulman: "have a system for
+continuously benchmarking code").
+
+Reference envs and budgets come from each algorithm module's `BENCHMARKS` ({env id: steps}), or,
+when it has none, from its `PRESETS` (each preset env at its preset budget). A battery runs every
+(algorithm, env) pair with 5 seeds (seeds 0-4, fixed), all in one worker pool; each pair is an
+archived run tagged `bench` and `bench:<battery id>`; the battery itself is
+`<archive>/bench/<id>.json`. `--quick` uses a tenth of each budget (a smoke battery; quick and
+full batteries are only compared with their own kind).
+
+Regression rule, per pair: the previous battery's seeds beat the new ones with
+P(old > new) > 0.75 and the 95% CI of that probability above 0.5.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from backflip import stats
+from backflip.errors import UserError
+from backflip.runs.archive import new_run_id, read_json, write_json
+
+SEEDS = 5
+QUICK_FRACTION = 10
+REGRESSION_POI = 0.75
+
+
+def reference_pairs(only: list[str] | None = None) -> list[tuple[str, str, int]]:
+    """[(algo, env, steps)] for every registered algorithm, filtered by `only` (algo[:env])."""
+    from backflip.algos import ALGOS, get_algo
+
+    pairs = []
+    for name in ALGOS:
+        spec = get_algo(name)
+        table = getattr(spec.module, "BENCHMARKS", None)
+        if table is None:
+            table = {
+                env: int(p.get("steps", spec.default_steps)) for env, p in spec.presets.items()
+            }
+        pairs += [(name, env, int(steps)) for env, steps in table.items()]
+    if only:
+        wanted = []
+        for item in only:
+            algo, _, env = item.partition(":")
+            if algo not in ALGOS:
+                raise UserError(f"--only {item}: unknown algorithm {algo!r}")
+            match = [p for p in pairs if p[0] == algo and (not env or p[1] == env)]
+            if not match:
+                raise UserError(f"--only {item}: not in the battery ({_names(pairs)})")
+            wanted += [p for p in match if p not in wanted]
+        pairs = wanted
+    return pairs
+
+
+def _names(pairs) -> str:
+    return ", ".join(f"{a}:{e}" for a, e, _ in pairs)
+
+
+def batteries(home: Path) -> list[dict]:
+    folder = home / "bench"
+    if not folder.is_dir():
+        return []
+    return sorted((read_json(p) for p in folder.glob("*.json")), key=lambda b: b["id"])
+
+
+def previous_battery(home: Path, mode: str, before: str) -> dict | None:
+    """The latest unmodified battery of the same mode created before `before`."""
+    candidates = [
+        b
+        for b in batteries(home)
+        if b["mode"] == mode and not b.get("overrides") and b["id"] < before
+    ]
+    return candidates[-1] if candidates else None
+
+
+def judge(old: list, new: list) -> dict:
+    """Regression / improvement / no change for one (algo, env) pair."""
+    old = [x for x in old if x is not None]
+    new = [x for x in new if x is not None]
+    if not old or not new:
+        return {"status": "no scores"}
+    p, lo, hi = stats.probability_of_improvement(old, new)  # P(old > new)
+    status = "same"
+    if p > REGRESSION_POI and lo > 0.5:
+        status = "REGRESSION"
+    elif 1 - p > REGRESSION_POI and hi < 0.5:
+        status = "improved"
+    return {"status": status, "poi_old_new": p, "poi_ci": [lo, hi]}
+
+
+def run_battery(
+    home: Path,
+    quick: bool = False,
+    only: list[str] | None = None,
+    seeds: int = SEEDS,
+    overrides: dict | None = None,
+    workers=None,
+    progress=True,
+    backend="local",
+    address=None,
+) -> dict:
+    from backflip.algos import get_algo
+    from backflip.config import resolve
+    from backflip.envs import check_supported
+    from backflip.launch import launch_runs
+    from backflip.runs.provenance import git_state
+
+    mode = "quick" if quick else "full"
+    pairs = reference_pairs(only)
+    if not pairs:
+        raise UserError("no algorithm defines a reference env (BENCHMARKS or PRESETS)")
+    bid = new_run_id()
+    cfgs, runnable, skipped = [], [], []
+    for algo, env, steps in pairs:
+        budget = max(1, steps // QUICK_FRACTION) if quick else steps
+        try:
+            cfg = resolve(algo, env, list(range(seeds)), budget, set_values=overrides)
+        except UserError as e:
+            raise UserError(f"{algo} on {env}: {e}") from None
+        try:  # e.g. an env whose optional extra is not installed here
+            check_supported(algo, get_algo(algo).action_spaces, env, cfg.env)
+        except UserError as e:
+            skipped.append(f"{algo}:{env}: {e}")
+            continue
+        cfgs.append(cfg)
+        runnable.append((algo, env, steps))
+    pairs = runnable
+    if not pairs:
+        raise UserError("no benchmark pair can run here: " + "; ".join(skipped))
+    tag = f"bench:{bid}"
+    started = time.time()
+    records = launch_runs(
+        cfgs,
+        home,
+        ["backflip", "bench"] + (["--quick"] if quick else []),
+        messages=[f"bench {bid} ({mode}): {a} on {e}" for a, e, _ in pairs],
+        workers=workers,
+        progress=progress,
+        tags=[["bench", tag, f"bench-{mode}"] for _ in pairs],
+        labels=[f"{a}:{e}" for a, e, _ in pairs],
+        backend=backend,
+        address=address,
+    )
+    import backflip
+
+    code = git_state(Path(backflip.__file__).resolve().parent) or {}
+    battery = {
+        "id": bid,
+        "mode": mode,
+        "seeds": seeds,
+        "overrides": overrides or {},
+        "commit": code.get("commit"),
+        "dirty": code.get("dirty"),
+        "wall_s": time.time() - started,
+        "skipped": skipped,
+        "entries": [
+            {
+                "algo": a,
+                "env": e,
+                "steps": c.steps,
+                "run": r["id"],
+                "status": r["status"],
+                "finals": [s.get("final_eval_return") for s in r["seeds"]],
+                "summary": {k: v for k, v in r["results"].items() if k != "per_seed"},
+                "sps": _mean([s.get("sps") for s in r["seeds"]]),
+            }
+            for (a, e, _), c, r in zip(pairs, cfgs, records, strict=True)
+        ],
+    }
+    prev = previous_battery(home, mode, bid)
+    battery["previous"] = prev["id"] if prev else None
+    for entry in battery["entries"]:
+        old = _find(prev, entry) if prev else None
+        entry["previous"] = (
+            {"run": old["run"], "summary": old["summary"]} if old is not None else None
+        )
+        entry["judgement"] = judge(old["finals"], entry["finals"]) if old else {"status": "new"}
+    battery["regressions"] = [
+        f"{e['algo']}:{e['env']}"
+        for e in battery["entries"]
+        if e["judgement"]["status"] == "REGRESSION"
+    ]
+    folder = home / "bench"
+    folder.mkdir(exist_ok=True)
+    write_json(folder / f"{bid}.json", battery)
+    return battery
+
+
+def _mean(xs):
+    xs = [x for x in xs if x]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _find(battery: dict, entry: dict) -> dict | None:
+    for e in battery["entries"]:
+        if (e["algo"], e["env"], e["steps"]) == (entry["algo"], entry["env"], entry["steps"]):
+            return e
+    return None
+
+
+def markdown_table(battery: dict) -> str:
+    from backflip.summary import fmt
+
+    def ci(s):
+        if not s or not s.get("n"):
+            return "-"
+        return f"{fmt(s['iqm'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}]"
+
+    rows = [
+        "| algo | env | steps | seeds | final return IQM [95% CI] | previous | "
+        "P(old > new) [95% CI] | status | steps/s per seed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in battery["entries"]:
+        j = e["judgement"]
+        poi = "-"
+        if "poi_old_new" in j:
+            poi = f"{j['poi_old_new']:.2f} [{j['poi_ci'][0]:.2f}, {j['poi_ci'][1]:.2f}]"
+        prev = ci(e["previous"]["summary"]) if e.get("previous") else "-"
+        rows.append(
+            f"| {e['algo']} | {e['env']} | {e['steps']:,} | {e['summary'].get('n', 0)}/"
+            f"{battery['seeds']} | {ci(e['summary'])} | {prev} | {poi} | {j['status']} | "
+            f"{fmt(e['sps'], 0)} |"
+        )
+    return "\n".join(rows)
+
+
+def format_battery(battery: dict) -> str:
+    head = (
+        f"battery {battery['id']} ({battery['mode']}, {battery['seeds']} seeds, "
+        f"{battery['wall_s']:.0f} s) at commit {str(battery.get('commit'))[:12]}"
+        + (" + uncommitted changes" if battery.get("dirty") else "")
+    )
+    if battery.get("overrides"):
+        head += f"; MODIFIED with {battery['overrides']} (never used as a baseline)"
+    prev = battery.get("previous")
+    lines = [head, f"compared with battery {prev}" if prev else "no previous battery to compare"]
+    lines.append(markdown_table(battery))
+    for note in battery.get("skipped", []):
+        lines.append(f"skipped {note}")
+    if battery["regressions"]:
+        lines.append(
+            f"REGRESSIONS (P(old > new) > {REGRESSION_POI} with its CI above 0.5): "
+            + ", ".join(battery["regressions"])
+        )
+    else:
+        lines.append("no regression")
+    return "\n".join(lines)
+
+
+def update_docs(path: Path, battery: dict, machine: str) -> None:
+    """Replace this mode's section of docs/benchmarks.md (between markers) with the battery."""
+    begin = f"<!-- backflip bench {battery['mode']}: begin -->"
+    end = f"<!-- backflip bench {battery['mode']}: end -->"
+    body = (
+        f"{begin}\n### Battery ({battery['mode']}): `backflip bench"
+        + (" --quick" if battery["mode"] == "quick" else "")
+        + f"`\n\nBattery {battery['id']}, {battery['seeds']} seeds per pair, "
+        f"commit {str(battery.get('commit'))[:12]}"
+        + (" (with uncommitted changes)" if battery.get("dirty") else "")
+        + f", {battery['wall_s']:.0f} s on {machine}. Written by `backflip bench`; the "
+        "regression rule is P(old > new) > 0.75 with its 95% CI above 0.5.\n\n"
+        + markdown_table(battery)
+        + f"\n{end}"
+    )
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: body, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + body + "\n"
+    path.write_text(text)

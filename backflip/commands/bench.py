@@ -1,0 +1,90 @@
+"""backflip bench [--quick] [--only ALGO[:ENV]]... [--docs FILE]"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backflip.commands import add_backend, add_home, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="the benchmark battery: every algorithm on its reference envs, regressions flagged",
+        description="Run every algorithm on its reference envs (5 seeds, fixed budgets), store "
+        "the runs tagged `bench`, compare each with the previous battery (regression: "
+        "P(old > new) > 0.75 with a CI excluding 0.5), print a table and update "
+        "docs/benchmarks.md.",
+    )
+    p.add_argument("--quick", action="store_true", help="a tenth of each budget (smoke battery)")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="ALGO[:ENV]",
+        help="run only these pairs (repeatable)",
+    )
+    p.add_argument(
+        "--seeds", type=int, default=5, metavar="N", help="seeds per pair (default 5: keep it)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="sets",
+        help="change every config (a what-if battery: marked modified, never a baseline)",
+    )
+    p.add_argument(
+        "--docs",
+        metavar="FILE",
+        default="docs/benchmarks.md",
+        help="benchmarks page to update (default docs/benchmarks.md, if it exists)",
+    )
+    p.add_argument("--no-docs", action="store_true")
+    p.add_argument("--workers", type=int, metavar="K")
+    add_backend(p)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+    add_home(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backflip.bench import format_battery, run_battery, update_docs
+    from backflip.commands.train import check_backend
+    from backflip.config import parse_sets
+    from backflip.errors import UserError
+    from backflip.runs.archive import home_dir
+    from backflip.runs.provenance import cpu_model
+
+    if args.seeds < 2:
+        raise UserError("--seeds must be at least 2")
+    check_backend(args.backend, args.address)
+    battery = run_battery(
+        home_dir(args.home, create=True),
+        quick=args.quick,
+        only=args.only,
+        seeds=args.seeds,
+        overrides=parse_sets(args.sets),
+        workers=args.workers,
+        progress=not args.no_progress and not args.json,
+        backend=args.backend,
+        address=args.address,
+    )
+    docs = Path(args.docs)
+    note = None
+    if not args.no_docs and not battery["overrides"]:
+        if docs.exists():
+            import os
+
+            update_docs(docs, battery, f"{cpu_model()}, {os.cpu_count()} CPUs")
+            note = f"updated {docs}"
+        else:
+            note = f"{docs} not found: docs not updated"
+    if args.json:
+        print_json(battery)
+    else:
+        print(format_battery(battery))
+        if note:
+            print(note)
+    return 1 if battery["regressions"] else 0

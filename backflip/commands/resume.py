@@ -1,0 +1,55 @@
+"""backflip resume ID: continue an interrupted or failed run from its last checkpoints."""
+
+from __future__ import annotations
+
+from backflip.commands import add_backend, add_home, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "resume",
+        help="continue an interrupted or failed run from its last checkpoints",
+        description="Continue each unfinished seed of a run from its last checkpoint "
+        "(networks, optimizer, normalizer statistics, replay buffer, RNG states, step "
+        "counters), appending to the same metrics. Finished seeds are left alone.",
+    )
+    p.add_argument("run", metavar="ID", help="run id, unique prefix, `last`, or a run directory")
+    p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
+    add_backend(p)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", action="store_true")
+    add_home(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from backflip.resume import resume_run
+    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.summary import run_summary
+
+    home = home_dir(args.home)
+    run_dir = resolve_run(home, args.run)
+
+    def announce(record, plan):
+        if args.json:
+            return
+        parts = [
+            f"seed {s} from step {step:,}" if step is not None else f"seed {s} from scratch"
+            for s, step in plan.items()
+        ]
+        print(f"resuming run {record['id']}: {', '.join(parts)}", flush=True)
+
+    record = resume_run(
+        home,
+        run_dir,
+        args.workers,
+        not args.no_progress and not args.json,
+        backend=args.backend,
+        address=args.address,
+        on_plan=announce,
+    )
+    if args.json:
+        print_json(record)
+    else:
+        print(run_summary(record))
+    return {"finished": 0, "interrupted": 130}.get(record["status"], 1)

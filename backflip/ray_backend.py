@@ -1,0 +1,136 @@
+"""Seeds as Ray tasks: `--backend ray [--address ADDR]` (optional extra: `pip install backflip[ray]`).
+
+Each seed job becomes one Ray task (`num_cpus=1`) that calls the same `launch.run_seed` as a
+local seed process, writing the same files into the same run directory — so the archive must be
+on a filesystem every node sees (a single machine, or a shared mount) and every node needs the
+same backflip installed. Without `--address` a private local cluster is started for the command
+and shut down after it (~6 s of startup on a 2-core machine); with one, the tasks go to that
+cluster and it is left running.
+
+A small actor (`Channel`) carries progress messages back to the launcher and a stop flag out to
+the seeds: Ctrl-C asks every seed to stop at its next iteration boundary (checkpoint written,
+status `interrupted`), a second Ctrl-C cancels the tasks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from backflip.launch import Display, SeedJob, final_status, redirected_output, run_seed
+from backflip.runs.archive import seed_dir
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        from backflip.errors import UserError
+
+        raise UserError("--backend ray needs Ray: pip install 'backflip[ray]'") from None
+    return ray
+
+
+class _Channel:
+    """Messages from seeds to the launcher, and the launcher's stop request (a Ray actor)."""
+
+    def __init__(self):
+        self.messages: list = []
+        self.stop = False
+
+    def put(self, item) -> None:
+        self.messages.append(item)
+
+    def drain(self) -> list:
+        out, self.messages = self.messages, []
+        return out
+
+    def request_stop(self) -> None:
+        self.stop = True
+
+    def stopping(self) -> bool:
+        return self.stop
+
+
+class _Conn:
+    """What `run_seed` expects of its connection: `send(msg)` and `stop_requested()`."""
+
+    def __init__(self, channel, index: int):
+        self.channel, self.index = channel, index
+
+    def send(self, msg) -> None:
+        self.channel.put.remote((self.index, msg))
+
+    def stop_requested(self) -> bool:
+        import ray
+
+        return ray.get(self.channel.stopping.remote())
+
+
+def _seed_task(job: SeedJob, index: int, channel) -> dict:
+    """Body of the Ray task: one seed, its output in the seed's log files as locally."""
+    folder = seed_dir(Path(job.run_dir), job.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    with redirected_output(folder, job.append):
+        # Ray owns the worker's signal handlers; the stop request comes through the channel
+        return run_seed(job, _Conn(channel, index), handle_signals=False)
+
+
+def run_jobs_ray(
+    jobs: list[SeedJob], workers: int, display: Display, address: str | None
+) -> dict[int, dict]:
+    ray = _ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        kwargs = {"address": address} if address else {"num_cpus": os.cpu_count()}
+        ray.init(
+            **kwargs,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+        )
+    channel = ray.remote(num_cpus=0)(_Channel).remote()
+    task = ray.remote(num_cpus=1, max_retries=0)(_seed_task)
+    pending, active, done = list(range(len(jobs))), {}, {}
+    stopping = [0]
+
+    def on_signal(signum, frame):
+        stopping[0] += 1
+        if stopping[0] == 1:
+            channel.request_stop.remote()
+        else:  # second signal: stop at once
+            for ref in active:
+                ray.cancel(ref, force=True)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while pending or active:
+            while pending and len(active) < workers and not stopping[0]:
+                i = pending.pop(0)
+                active[task.remote(jobs[i], i, channel)] = i
+                display.update(i, step=0, status="running")
+            if not active:
+                break
+            ready, _ = ray.wait(list(active), num_returns=1, timeout=0.2)
+            for i, msg in ray.get(channel.drain.remote()):
+                display.message(i, msg)
+            for ref in ready:
+                i = active.pop(ref)
+                why = None
+                try:
+                    ray.get(ref)
+                except Exception as e:  # noqa: BLE001 — a dead worker is recorded as a failure
+                    why = f"the Ray task died: {type(e).__name__}: {str(e).splitlines()[0]}"
+                done[i] = final_status(jobs[i], None, why=why)
+                display.finished(i, done[i])
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if started_here:
+            # give the last messages a moment, then leave no cluster behind
+            time.sleep(0.05)
+            ray.shutdown()
+    return done

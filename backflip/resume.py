@@ -1,0 +1,119 @@
+"""`backflip resume ID`: continue an interrupted or failed run from each seed's last checkpoint.
+
+A checkpoint (`SeedRun.save_checkpoint`) holds the algorithm's `state()` (networks, optimizer,
+normalizer statistics, replay buffer, counters, and — when they pickle — the envs mid-episode),
+the global RNG states and the telemetry's episode window. Resuming a seed restores all of it,
+drops the rows its metrics.csv/episodes.csv got after the checkpoint (they are logged again),
+and appends from there, so the seed's files read as if it had never stopped. For an algorithm
+that saves everything (PPO does; see docs/experiments.md), the resumed run is identical to an
+uninterrupted one with the same seed.
+
+Seeds that finished are left alone; a seed with no checkpoint starts again from step 0.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+from backflip.errors import UserError
+from backflip.launch import SeedJob
+from backflip.runs.archive import (
+    _pid_alive,
+    finalize_run,
+    load_run,
+    now_iso,
+    read_json,
+    seed_dir,
+    write_json,
+)
+
+
+def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
+    """The checkpoint with the highest step in a seed's folder: (path, step), or None."""
+    import torch
+
+    found = []
+    for path in (folder / "checkpoints").glob("*.pt"):
+        if path.name.startswith("step_"):
+            try:
+                found.append((int(path.stem.split("_")[1]), path))
+            except ValueError:
+                continue
+        elif path.name == "final.pt":
+            try:
+                step = torch.load(path, map_location="cpu", weights_only=False)["step"]
+            except Exception:  # noqa: BLE001 — a torn or foreign file is not a checkpoint
+                continue
+            found.append((int(step), path))
+    if not found:
+        return None
+    step, path = max(found, key=lambda t: (t[0], t[1].name == "final.pt"))
+    return path, step
+
+
+def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | None]]:
+    """(record, one job per unfinished seed, {seed: step it resumes from (None: restart)})."""
+    record = load_run(run_dir)
+    host_here = record.get("host") == socket.gethostname()
+    if record.get("status") == "running" and host_here and _pid_alive(record.get("pid")):
+        raise UserError(f"run {record['id']} is still running (pid {record['pid']})")
+    jobs, plan = [], {}
+    config = record["config"]
+    for st in record["seeds"]:
+        seed = st["seed"]
+        if st.get("status") == "finished":
+            continue
+        if st.get("status") == "running" and host_here and _pid_alive(st.get("pid")):
+            raise UserError(f"seed {seed} of run {record['id']} is still running (pid {st['pid']})")
+        found = last_checkpoint(seed_dir(run_dir, seed))
+        if found is None:
+            jobs.append(SeedJob(str(run_dir), seed, config))
+            plan[seed] = None
+        else:
+            path, step = found
+            jobs.append(SeedJob(str(run_dir), seed, config, append=True, resume_from=str(path)))
+            plan[seed] = step
+    return record, jobs, plan
+
+
+def resume_run(
+    home: Path,
+    run_dir: Path,
+    workers: int | None = None,
+    progress: bool = True,
+    backend: str = "local",
+    address: str | None = None,
+    on_plan=None,
+) -> dict:
+    """Resume every unfinished seed of a run in parallel; the updated record."""
+    from backflip.launch import run_jobs
+    from backflip.runs import index
+
+    record, jobs, plan = resume_jobs(run_dir)
+    if not jobs:
+        raise UserError(f"run {record['id']} has no unfinished seed: nothing to resume")
+    if on_plan is not None:
+        on_plan(record, plan)
+    stored = read_json(run_dir / "run.json")
+    previous_duration = stored.get("duration_s") or 0.0
+    stored.update(status="running", pid=os.getpid(), host=socket.gethostname())
+    stored.setdefault("resumes", []).append(
+        {"at": now_iso(), "from_step": {str(k): v for k, v in plan.items()}, "backend": backend}
+    )
+    write_json(run_dir / "run.json", stored)
+    index.upsert(home, {**stored, "seeds": record["seeds"]})
+    workers = max(1, workers or os.cpu_count() or 1)
+    started = time.time()
+    try:
+        run_jobs(jobs, min(workers, len(jobs)), progress, backend=backend, address=address)
+    finally:
+        final = finalize_run(home, run_dir, started)
+        stored = read_json(run_dir / "run.json")
+        stored["duration_s"] = previous_duration + stored["duration_s"]
+        write_json(run_dir / "run.json", stored)
+        final["duration_s"] = stored["duration_s"]
+        index.upsert(home, final)
+    return final

@@ -1,0 +1,218 @@
+"""`backflip resume`: an interrupted or killed run continues from its checkpoint and ends exactly
+where an uninterrupted run with the same seed ends (PPO saves everything, envs included)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from backflip.runs.archive import load_run
+from backflip.telemetry import read_metrics
+from tests.conftest import ROOT, cli_env
+
+STEPS = 40_960
+TRAIN = [
+    "train",
+    "ppo",
+    "--env",
+    "CartPole-v1",
+    "--seed-start",
+    "5",
+    "--steps",
+    str(STEPS),
+    "--set",
+    "epochs=2",
+    "--set",
+    "checkpoint_every=4096",
+    "--no-progress",
+]
+
+
+def _deterministic(path):
+    return {k: v for k, v in read_metrics(path).items() if not k.startswith(("time/", "sys/"))}
+
+
+def _start(home):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", *TRAIN],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(home),
+        cwd=ROOT,
+    )
+    run_id = proc.stdout.readline().split()[1].rstrip(":")
+    return proc, run_id
+
+
+def _wait_for_checkpoint(folder, min_step: int):
+    """Until a periodic checkpoint at >= min_step exists."""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        steps = [int(p.stem.split("_")[1]) for p in (folder / "checkpoints").glob("step_*.pt")]
+        if steps and max(steps) >= min_step:
+            return max(steps)
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint appeared")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    home = tmp_path_factory.mktemp("reference")
+    proc = subprocess.run(
+        [sys.executable, "-m", "backflip", *TRAIN],
+        capture_output=True,
+        text=True,
+        env=cli_env(home),
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    run_id = proc.stdout.split()[1].rstrip(":")
+    return home / run_id / "seeds" / "5"
+
+
+def _assert_same_as(reference, folder):
+    a, b = _deterministic(reference / "metrics.csv"), _deterministic(folder / "metrics.csv")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert np.array_equal(a[k][0], b[k][0]), f"{k}: steps differ"
+        assert np.array_equal(a[k][1], b[k][1]), f"{k}: values differ"
+    assert (reference / "episodes.csv").read_text() == (folder / "episodes.csv").read_text()
+    sa = json.loads((reference / "status.json").read_text())
+    sb = json.loads((folder / "status.json").read_text())
+    assert sb["status"] == "finished" and sb["steps"] == sa["steps"]
+    assert sb["final_eval_returns"] == sa["final_eval_returns"]
+
+
+def _tensorboard_steps(folder, tag):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [e.step for e in acc.Scalars(tag)]
+
+
+def _train_in_process(folder, algo, steps, sets, stop_after_rows=None, checkpoint=None):
+    """One seed through SeedRun directly; stops itself after `stop_after_rows` rows."""
+    import torch
+
+    from backflip.algos import get_algo
+    from backflip.config import resolve
+    from backflip.seedrun import SeedRun
+    from backflip.telemetry import truncate_logs
+
+    torch.set_num_threads(1)  # as in a seed process
+    cfg = resolve(algo, "CartPole-v1", [2], steps, set_values=sets)
+    if checkpoint is not None:
+        truncate_logs(folder, torch.load(checkpoint, weights_only=False)["step"])
+    rows = []
+
+    def on_row(step, row):
+        rows.append(step)
+        if stop_after_rows and len(rows) >= stop_after_rows:
+            run.stopping = True
+
+    run = SeedRun(cfg, 2, folder, on_row=on_row, append=checkpoint is not None)
+    if checkpoint is not None:
+        run.restore(torch.load(checkpoint, weights_only=False))
+    get_algo(algo).train(cfg.hp, run)
+    run.close()
+    return run, rows
+
+
+RESUMABLE = [
+    ("ppo", 4096, {"epochs": 1}),
+    ("a2c", 4096, {"log_interval": 512}),
+    ("vpg", 4096, {}),
+    ("cem", 20_000, {}),
+]
+
+
+@pytest.mark.parametrize(("algo", "steps", "sets"), RESUMABLE)
+def test_seed_stopped_and_restored_in_process_matches_an_uninterrupted_one(
+    tmp_path, algo, steps, sets
+):
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    reference, all_rows = _train_in_process(whole, algo, steps, sets)
+    assert len(all_rows) >= 4, "the budget must span several rows"
+    first, _ = _train_in_process(parts, algo, steps, sets, stop_after_rows=len(all_rows) // 2)
+    assert first.step == all_rows[len(all_rows) // 2 - 1]
+    resumed, _ = _train_in_process(
+        parts, algo, steps, sets, checkpoint=parts / "checkpoints" / "final.pt"
+    )
+    assert resumed.start_step == first.step and resumed.step == reference.step
+    a, b = _deterministic(whole / "metrics.csv"), _deterministic(parts / "metrics.csv")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert np.array_equal(a[k][0], b[k][0]) and np.array_equal(a[k][1], b[k][1]), k
+    assert (whole / "episodes.csv").read_text() == (parts / "episodes.csv").read_text()
+    assert resumed.result["eval_returns"] == reference.result["eval_returns"]
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_exactly_like_an_uninterrupted_one(home, cli, uninterrupted):
+    proc, run_id = _start(home)
+    folder = home / run_id / "seeds" / "5"
+    _wait_for_checkpoint(folder, 8192)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    record = load_run(home / run_id)
+    assert record["status"] == "interrupted"
+    stopped_at = record["seeds"][0]["steps"]
+    assert 8192 <= stopped_at < STEPS
+
+    out = cli("resume", run_id, "--no-progress").stdout
+    assert f"seed 5 from step {stopped_at:,}" in out
+    record = load_run(home / run_id)
+    assert record["status"] == "finished" and record["resumes"][0]["from_step"] == {"5": stopped_at}
+    status = record["seeds"][0]
+    assert status["resumed_from_step"] == stopped_at
+    # the metrics continue from the checkpoint step: one row per step, in order
+    steps = read_metrics(folder / "metrics.csv")["train/policy_loss"][0]
+    assert (np.diff(steps) > 0).all() and steps[-1] == STEPS // 256 * 256
+    _assert_same_as(uninterrupted, folder)
+    assert record["results"]["per_seed"]["5"] == status["final_eval_return"]
+
+
+@pytest.mark.slow
+def test_killed_seed_resumes_from_its_last_periodic_checkpoint(home, cli, uninterrupted):
+    proc, run_id = _start(home)
+    folder = home / run_id / "seeds" / "5"
+    _wait_for_checkpoint(folder, 12288)
+    pid = json.loads((folder / "status.json").read_text())["pid"]
+    time.sleep(0.3)  # let it log past the checkpoint: those rows must be dropped on resume
+    os.kill(pid, signal.SIGKILL)  # as the out-of-memory killer would
+    proc.communicate(timeout=120)
+    record = load_run(home / run_id)
+    assert record["status"] == "failed" and "SIGKILL" in record["seeds"][0]["error"]
+    ckpt = max(int(p.stem.split("_")[1]) for p in (folder / "checkpoints").glob("step_*.pt"))
+
+    out = cli("resume", run_id, "--no-progress").stdout
+    assert f"seed 5 from step {ckpt:,}" in out
+    _assert_same_as(uninterrupted, folder)
+    # TensorBoard drops the events logged after the checkpoint by the killed process
+    csv_steps = read_metrics(folder / "metrics.csv")["train/policy_loss"][0].tolist()
+    assert _tensorboard_steps(folder, "train/policy_loss") == csv_steps
+
+
+def test_resume_refuses_a_finished_run(home, cli):
+    cli(
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--steps",
+        "1024",
+        "--set",
+        "epochs=1",
+        "--no-progress",
+    )
+    proc = cli("resume", "last", check=False)
+    assert proc.returncode == 2 and "nothing to resume" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,127 @@
+"""Seed statistics agree with rliable (Agarwal et al. 2021) and behave as their definitions say."""
+
+import numpy as np
+import pytest
+from rliable import library as rly  # a test dependency (extra: test)
+from rliable import metrics as rly_metrics
+
+from backflip import stats
+from backflip.curves import aggregate_curves
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # arch's RandomState notice
+
+REPS = 20_000
+
+
+@pytest.fixture
+def scores():
+    rng = np.random.default_rng(7)
+    # 10 runs on 3 tasks of different difficulty, with one outlier run on task 0
+    x = rng.normal([100.0, 300.0, 20.0], [30.0, 50.0, 5.0], size=(10, 3))
+    x[0, 0] = 900.0
+    y = rng.normal([130.0, 320.0, 22.0], [30.0, 50.0, 5.0], size=(8, 3))
+    return x, y
+
+
+def _rliable_interval(score_dict, func, reps=REPS):
+    point, interval = rly.get_interval_estimates(
+        score_dict, func, reps=reps, random_state=np.random.RandomState(3)
+    )
+    return point, interval
+
+
+def test_aggregates_and_their_intervals_agree_with_rliable(scores):
+    x, _ = scores
+    ours = stats.aggregate(x, reps=REPS)
+    point, interval = _rliable_interval(
+        {"x": x},
+        lambda s: np.array(
+            [rly_metrics.aggregate_iqm(s), rly_metrics.aggregate_mean(s), np.median(s)]
+        ),
+    )
+    scale = x.max() - x.min()
+    for i, name in enumerate(("iqm", "mean", "median")):
+        value, low, high = ours[name]
+        assert value == pytest.approx(point["x"][i], rel=1e-12), name
+        # different random draws: the endpoints agree to Monte Carlo error
+        assert low == pytest.approx(interval["x"][0][i], abs=0.01 * scale), name
+        assert high == pytest.approx(interval["x"][1][i], abs=0.01 * scale), name
+        assert low < value < high
+
+
+def test_probability_of_improvement_agrees_with_rliable(scores):
+    x, y = scores
+    p, low, high = stats.probability_of_improvement(y, x, reps=REPS)
+    # rliable calls SciPy once per resample and task: 2,000 resamples take seconds, not minutes
+    point, interval = _rliable_interval(
+        {"y>x": [y, x]}, rly_metrics.probability_of_improvement, reps=2000
+    )
+    assert p == pytest.approx(point["y>x"], rel=1e-12)
+    assert low == pytest.approx(interval["y>x"][0], abs=0.03)
+    assert high == pytest.approx(interval["y>x"][1], abs=0.03)
+
+
+def test_probability_of_improvement_counts_pairs_and_ties():
+    assert stats.probability_of_improvement([2, 3], [1, 1])[0] == 1.0
+    assert stats.probability_of_improvement([1, 1], [2, 3])[0] == 0.0
+    # identical samples: every pair is a tie, worth one half
+    p, low, high = stats.probability_of_improvement([5, 5, 5], [5, 5, 5])
+    assert (p, low, high) == (0.5, 0.5, 0.5)
+    # 2 of 4 pairs won, 1 tied: (2 + 0.5) / 4
+    assert stats.probability_of_improvement([1, 3], [1, 2])[0] == pytest.approx(0.625)
+
+
+def test_iqm_ignores_one_outlier_seed_where_the_mean_does_not():
+    x = [100.0] * 7 + [10_000.0]
+    assert stats.iqm(x) == 100.0 and stats.mean(x) > 1000
+
+
+def test_welch_matches_scipy_and_handles_constant_samples():
+    from scipy.stats import ttest_ind
+
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 9.0, 11.0]
+    w = stats.welch(b, a)
+    ref = ttest_ind(b, a, equal_var=False)
+    assert w["p"] == pytest.approx(ref.pvalue) and w["t"] == pytest.approx(ref.statistic)
+    assert w["diff"] == pytest.approx(np.mean(b) - np.mean(a))
+    assert w["diff_ci"][0] < w["diff"] < w["diff_ci"][1]
+    assert stats.welch([500.0] * 5, [500.0] * 5)["p"] == 1.0  # CartPole solved on every seed
+    assert stats.welch([500.0] * 5, [200.0] * 5)["p"] == 0.0
+
+
+def test_success_fraction_has_a_wilson_interval():
+    sf = stats.success_fraction([500, 500, 480, 120, 60], 475)
+    assert (sf["k"], sf["n"], sf["fraction"]) == (3, 5, 0.6)
+    assert 0.2 < sf["ci"][0] < 0.6 < sf["ci"][1] < 0.95
+
+
+def test_verdict_states_the_numbers_or_insufficient_evidence():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(100, 10, 10), rng.normal(150, 10, 10)
+    v = stats.verdict("A", "B", stats.compare_pair(a, b))
+    assert v.startswith("B beats A: P(B>A)=1.00 [1.00, 1.00], Welch p=") and "10 seeds each" in v
+    v = stats.verdict("A", "B", stats.compare_pair(b, a))
+    assert v.startswith("A beats B")
+    same = stats.verdict("A", "B", stats.compare_pair(a[:5], rng.normal(100, 10, 5)))
+    assert same.startswith("insufficient evidence") and "5 seeds each" in same
+
+
+def test_summarize_flags_fewer_than_five_seeds_as_untrustworthy():
+    assert stats.summarize([1, 2, 3])["trustworthy"] is False
+    s = stats.summarize([1, 2, 3, 4, 5, None])
+    assert s["trustworthy"] is True and s["n"] == 5
+    assert s["ci_low"] <= s["iqm"] <= s["ci_high"]
+    assert s["mean_ci"][0] <= s["mean"] <= s["mean_ci"][1]
+
+
+def test_learning_curve_aggregate_has_a_band_and_handles_a_seed_that_stopped_early():
+    steps = np.arange(100, 1100, 100)
+    curves = [(steps, steps / 10.0 + k) for k in range(5)]
+    curves.append((steps[:4], steps[:4] / 10.0 + 100, 400))  # crashed at step 400
+    agg = aggregate_curves(curves, points=10)
+    assert agg["step"][0] == 100 and agg["step"][-1] == 1000
+    assert agg["n"][0] == 6 and agg["n"][-1] == 5
+    for lo, mid, hi in zip(agg["low"], agg["iqm"], agg["high"], strict=True):
+        assert lo <= mid <= hi
+    # at the end only the five healthy seeds count: IQM of k + 100 for k = 0..4 is 102
+    assert agg["iqm"][-1] == pytest.approx(102.0)
