@@ -14,7 +14,8 @@ def _commands():
 def test_readme_opens_with_exactly_two_commands():
     commands = _commands()
     assert len(commands) == 2
-    assert "pip install -e ." in commands[0] and "backflip train" in commands[0]
+    assert "pip install -e " in commands[0] and "backflip train" in commands[0]
+    assert "backflip report" in commands[0]
     assert "pytest" in commands[1]
 
 
