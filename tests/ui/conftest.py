@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.ui.support import Server, backflip, doctor_findings, run_id_of
+from tests.ui.support import Server, backflip, real_finding, run_id_of
 
 
 @pytest.fixture(scope="session")
 def ui_archive(tmp_path_factory) -> dict:
-    """Two finished runs (A with videos and doctor findings, B with an HTML-looking question)."""
+    """Two finished runs (A with videos and rewards ×1000, which the doctor flags; B with an HTML-looking question)."""
     home = tmp_path_factory.mktemp("ui") / "archive"
     home.mkdir()
     common = ["--env", "CartPole-v1", "--seeds", "2", "--workers", "2", "--steps", "2048"]
@@ -26,6 +26,8 @@ def ui_archive(tmp_path_factory) -> dict:
         "epochs=1",
         "--set",
         "video_every=2048",
+        "--set",
+        "env.reward_scale=1000",  # a real fault for the real doctor to find
         "-m",
         "question A: does the UI show this run?",
         "--tag",
@@ -46,10 +48,10 @@ def ui_archive(tmp_path_factory) -> dict:
         "--no-progress",
     )
     ids = {"a": run_id_of(a.stdout), "b": run_id_of(b.stdout)}
-    findings = doctor_findings(home / ids["a"], "train/approx_kl")
+    finding = real_finding(home / ids["a"], "reward-scale")
     backflip(home, "note", "--focus", "make the UI show every run")
     backflip(home, "note", "--run", ids["a"], "A looks fine at a glance")
-    return {"home": home, **ids, "findings": findings}
+    return {"home": home, **ids, "finding": finding}
 
 
 @pytest.fixture(scope="session")

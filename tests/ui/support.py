@@ -46,35 +46,15 @@ def run_id_of(stdout: str) -> str:
     return stdout.splitlines()[0].split()[1].rstrip(":")
 
 
-def doctor_findings(run_dir: Path, metric: str) -> dict:
-    """A findings.json in the doctor's contract, pointing at a step the run really logged."""
-    from backflip.telemetry import read_metrics
+def real_finding(run_dir: Path, rule: str) -> dict:
+    """The first finding of `rule` in the findings.json the doctor wrote after training."""
+    data = json.loads((run_dir / "findings.json").read_text())
+    return next(f for f in data["findings"] if f["rule"] == rule and f["step"] is not None)
 
-    steps, _ = read_metrics(run_dir / "seeds" / "0" / "metrics.csv")[metric]
-    step = int(steps[len(steps) // 2])
-    data = {
-        "target": str(run_dir),
-        "findings": [
-            {
-                "rule": "kl-spike",
-                "severity": "warning",
-                "metric": metric,
-                "step": step,
-                "message": "approx_kl spiked 3 sigma above its rolling mean",
-                "evidence": {"value": 0.09, "rolling_mean": 0.01},
-            },
-            {
-                "rule": "few-seeds",
-                "severity": "info",
-                "metric": None,
-                "step": None,
-                "message": "2 seeds: intervals are not trustworthy",
-                "evidence": None,
-            },
-        ],
-    }
-    (run_dir / "findings.json").write_text(json.dumps(data))
-    return data
+
+def anchor(metric: str) -> str:
+    """The element id of a metric's chart (as `backflip.ui.render` makes it)."""
+    return "m-" + "".join(c if c.isalnum() or c in "_-" else "-" for c in metric)
 
 
 class Server:

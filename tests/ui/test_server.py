@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import http.client
 import json
 import os
@@ -16,7 +17,7 @@ pytest.importorskip("flask")
 from backflip import stats
 from backflip.journal import read_notes
 from backflip.telemetry import read_metrics
-from tests.ui.support import Server
+from tests.ui.support import Server, anchor
 
 
 def get(server, path, headers=None, method="GET", body=None, host=None):
@@ -77,10 +78,10 @@ def test_run_page_has_command_config_provenance_findings_videos_checkpoints(ui_s
     assert f"backflip rerun {ui_archive['a']}" in page
     assert "backflip train ppo --env CartPole-v1 --seeds 2 --steps 2048" in page
     assert "packages.txt" in page and "source sha256" in page
-    assert "approx_kl spiked 3 sigma" in page
-    step = ui_archive["findings"]["findings"][0]["step"]
-    assert f'data-metric="train/approx_kl" data-step="{step}"' in page
-    assert 'href="#m-train-approx_kl"' in page
+    finding = ui_archive["finding"]  # the doctor's own, written after training
+    assert html.escape(finding["message"][:40]) in page
+    assert f'data-metric="{finding["metric"]}" data-step="{finding["step"]}"' in page
+    assert f'href="#{anchor(finding["metric"])}"' in page
     assert ".mp4" in page and "<video" in page
     assert "final.pt" in page and f"backflip watch {ui_archive['a']} --seed 0" in page
     assert "A looks fine at a glance" in page  # the note attached with --run
