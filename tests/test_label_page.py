@@ -100,9 +100,11 @@ def test_keyboard_labels_land_in_the_database_and_train_the_reward_model(home, c
                     "document.querySelector('#left').getContext('2d')"
                     ".getImageData(0, 0, 240, 240).data.some(v => v !== 0)"
                 )
+                page.wait_for_function("!busy")
                 page.keyboard.press("ArrowLeft")
                 wait_for(lambda: db.counts()["labeled"] == 1, 20, "the first label")
                 assert db.labels()[-1][0] == first and db.labels()[-1][3] == 1.0
+                page.wait_for_function("!busy")  # a key pressed while a request is out is ignored
                 page.keyboard.press("u")  # undo: the query is pending again
                 wait_for(lambda: db.counts()["labeled"] == 0, 20, "the undo")
                 page.wait_for_function(f"document.body.dataset.query === '{first}'")
