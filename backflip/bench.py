@@ -3,7 +3,8 @@ the previous battery so a regression is caught the day it lands (Schulman: "have
 continuously benchmarking code").
 
 Reference envs and budgets come from each algorithm module's `BENCHMARKS` ({env id: steps}), or,
-when it has none, from its `PRESETS` (each preset env at its preset budget). A battery runs every
+when it has none, from its `PRESETS` (each preset env at its preset budget; the probe envs'
+presets, which tune `backflip probe`, are left out). A battery runs every
 (algorithm, env) pair with 5 seeds (seeds 0-4, fixed), all in one worker pool; each pair is an
 archived run tagged `bench` and `bench:<battery id>`; the battery itself is
 `<archive>/bench/<id>.json`. `--quick` uses a tenth of each budget (a smoke battery; quick and
@@ -37,8 +38,10 @@ def reference_pairs(only: list[str] | None = None) -> list[tuple[str, str, int]]
         spec = get_algo(name)
         table = getattr(spec.module, "BENCHMARKS", None)
         if table is None:
-            table = {
-                env: int(p.get("steps", spec.default_steps)) for env, p in spec.presets.items()
+            table = {  # (the probes' presets tune `backflip probe`, not a benchmark)
+                env: int(p.get("steps", spec.default_steps))
+                for env, p in spec.presets.items()
+                if not env.startswith("backflip/Probe")
             }
         pairs += [(name, env, int(steps)) for env, steps in table.items()]
     if only:

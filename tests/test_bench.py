@@ -15,6 +15,7 @@ def test_every_registered_algorithm_has_reference_envs():
     pairs = reference_pairs()
     assert {a for a, _, _ in pairs} == set(ALGOS)
     assert ("ppo", "CartPole-v1", 100_000) in pairs
+    assert not [p for p in pairs if p[1].startswith("backflip/Probe")]  # probe presets: no bench
     assert reference_pairs(["ppo:CartPole-v1"]) == [("ppo", "CartPole-v1", 100_000)]
     with pytest.raises(UserError, match="not in the battery"):
         reference_pairs(["ppo:MountainCar-v0"])

@@ -128,6 +128,17 @@ PRESETS = {
         "log_std_init": -1.0,
     },
 }
+# `backflip probe a2c`: the default 8 x 16-step rollouts give a few dozen updates in a probe's
+# budget, too few for the value to converge (V(0) = 0.27 on probe 1); 4 x 4-step rollouts give
+# eight times as many (docs/doctor.md, "Probes")
+PRESETS.update(
+    {
+        f"backflip/Probe{k}{box}-v0": {"num_envs": 4, "num_steps": 4}
+        for k in range(1, 6)
+        for box in ("", "Box")
+    }
+)
+PRESETS["backflip/Probe5Box-v0"]["steps"] = 24_000
 
 
 def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:

@@ -109,6 +109,17 @@ class Config:
 
 
 PRESETS: dict[str, dict] = {"Pendulum-v1": {"steps": 20_000}}
+# `backflip probe sac`: the default budgets of the probes (3,000-16,000 steps, one gradient
+# step of 256 each) take over a minute; one-step episodes need far less (docs/doctor.md, "Probes")
+PRESETS.update(
+    {
+        f"backflip/Probe{k}Box-v0": {"steps": steps, "batch_size": 128}
+        for k, steps in {1: 800, 2: 1200, 3: 1500, 4: 2000, 5: 3000}.items()
+    }
+)
+# probe 3 bootstraps: faster target critics, and a smaller initial temperature: the soft value
+# V(0) = γ (Q(1, ·) − α log π) is γ plus an entropy term until α decays (0.58 with α₀ = 1)
+PRESETS["backflip/Probe3Box-v0"].update({"tau": 0.02, "alpha_init": 0.1})
 
 
 class Actor(nn.Module):

@@ -99,6 +99,16 @@ class Config:
 
 
 PRESETS: dict[str, dict] = {"Pendulum-v1": {"steps": 20_000}}
+# `backflip probe td3`: the default budgets of the probes (3,000-16,000 steps, one gradient
+# step of 256 each) take over a minute; one-step episodes need far less (docs/doctor.md, "Probes")
+PRESETS.update(
+    {
+        f"backflip/Probe{k}Box-v0": {"steps": steps, "batch_size": 128, "learning_starts": 200}
+        for k, steps in {1: 800, 2: 1200, 3: 1500, 4: 2000, 5: 3000}.items()
+    }
+)
+# probe 3 bootstraps: faster target critics
+PRESETS["backflip/Probe3Box-v0"].update({"tau": 0.02})
 
 
 def make_actor(obs_dim: int, act_dim: int, cfg: Config) -> nn.Module:

@@ -122,6 +122,15 @@ PRESETS = {
         "log_std_init": -0.5,
     },
 }
+# `backflip probe vpg`: one policy step per 8 x 128-step rollout is 2 to 15 steps in a probe's
+# default budget: the policy barely moves (action(0) = 0.05 on Box probe 4) and the value, which
+# follows the policy, stays near the random policy's (V(0) = 0.01 on probe 4). 8 x 8-step
+# rollouts give 16 times as many steps (docs/doctor.md, "Probes")
+PRESETS.update(
+    {f"backflip/Probe{k}{box}-v0": {"num_steps": 8} for k in range(1, 6) for box in ("", "Box")}
+)
+PRESETS["backflip/Probe4-v0"]["steps"] = 6000
+PRESETS["backflip/Probe4Box-v0"]["steps"] = 24_000
 
 
 def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
