@@ -106,10 +106,10 @@ def backflip(home: Path, *args) -> subprocess.CompletedProcess:
 
 def train(home: Path, algo, env, *extra) -> dict:
     proc = backflip(home, "train", algo, "--env", env, "--no-progress", "--json", *extra)
-    start = proc.stdout.find("\n{")  # the first line is the run id, then the JSON record
-    if start < 0:
-        raise RuntimeError(proc.stdout + proc.stderr)
-    return json.loads(proc.stdout[start + 1 :])
+    try:  # --json: stdout holds only the run's JSON record (the "run ..." line goes to stderr)
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(proc.stdout + proc.stderr) from None
 
 
 def tally(findings, table, key):

@@ -52,7 +52,7 @@ def launch(args_list: list[str], home: Path) -> dict:
     with contextlib.redirect_stdout(out):
         main([*args_list, "--home", str(home), "--no-progress", "--json"])
     text = out.getvalue()
-    record = json.loads(text[text.index("\n{") + 1 :])  # after the "run ... created" line
+    record = json.loads(text)  # --json: stdout holds only the record ("run ..." is on stderr)
     return load_run(Path(record["dir"]))
 
 
