@@ -35,9 +35,10 @@ DEFAULT_STEPS = 100_000
 
 @dataclass
 class Config:
-    """CEM hyperparameters. Defaults: a linear policy, cheap and reliable on CartPole-v1."""
+    """CEM hyperparameters. Defaults: a linear policy; solved CartPole-v1 on seeds 0-19 within
+    1e5 steps (docs/algorithms.md, "CEM")."""
 
-    population: int = 16
+    population: int = 64
     """candidates per generation"""
     elite_frac: float = 0.25
     """fraction of the population kept to refit the distribution"""
