@@ -98,7 +98,8 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     if job.resume_from:
         checkpoint = torch.load(job.resume_from, map_location="cpu", weights_only=False)
         status["resumed_from_step"] = int(checkpoint["step"])
-        truncate_logs(folder, int(checkpoint["step"]))  # rows after the checkpoint are redone
+        # rows after the checkpoint are redone
+        truncate_logs(folder, int(checkpoint["step"]), checkpoint.get("rows_until"))
     write_json(folder / "status.json", status)
     t0 = time.perf_counter()
     run = None

@@ -246,7 +246,14 @@ class SeedRun:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def save_checkpoint(self, step: int, state: dict, name: str | None = None) -> Path | None:
+    def save_checkpoint(
+        self,
+        step: int,
+        state: dict,
+        name: str | None = None,
+        telemetry: dict | None = None,
+        rows_until: int | None = None,
+    ) -> Path | None:
         if self.out_dir is None:
             return None
         # metrics first: a checkpoint on disk promises every row up to its step is too (resume)
@@ -261,7 +268,9 @@ class SeedRun:
             "seed": self.seed,
             "config": self.cfg.to_dict(),
             "state": state,
-            "telemetry": self.tel.state(),
+            "telemetry": telemetry or self.tel.state(),
+            # metric rows a resume keeps (see `finish`); later ones are written again
+            "rows_until": step if rows_until is None else rows_until,
             "rng": {
                 "torch": torch.get_rng_state(),
                 "numpy": np.random.get_state(),
@@ -286,7 +295,7 @@ class SeedRun:
         self.restored, self.start_step = checkpoint["state"], int(checkpoint["step"])
         self.step = self.start_step
         self._rng = checkpoint["rng"]
-        self.tel.restore(checkpoint.get("telemetry"), self.start_step)
+        self.tel.restore(checkpoint.get("telemetry"), self.start_step, checkpoint.get("rows_until"))
         if self.opts.eval_every:
             self._next_eval = self.opts.eval_every * (self.start_step // self.opts.eval_every + 1)
         self._next_ckpt = self._ckpt_every * (self.start_step // self._ckpt_every + 1)
@@ -307,10 +316,19 @@ class SeedRun:
         evaluation that reached it is the final one).
         """
         self.step = step
+        tel_state = rows_until = None
         if not self.stopping:
             self.evaluate(step, act, final=True)
             self.tel.dump(step)
-        self.save_checkpoint(step, state, name="final.pt")
+        elif self.tel.pending():
+            # interrupted between two metrics rows: flush what was stored since the last one as
+            # a row now (nothing is lost), while the checkpoint keeps it un-flushed so that a
+            # resume drops this extra row and goes on exactly like an uninterrupted run
+            tel_state, rows_until = self.tel.state(), self.tel.last_row_step
+            self.tel.dump(step)
+        self.save_checkpoint(
+            step, state, name="final.pt", telemetry=tel_state, rows_until=rows_until
+        )
         self.result["steps"] = step
         self.result["params"] = count_params(state)
         train_time = time.perf_counter() - self.t_start - self.eval_time

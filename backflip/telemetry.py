@@ -70,6 +70,7 @@ class Telemetry:
         self.enabled = enabled
         self.on_row = on_row
         self._stored: dict[str, list] = collections.defaultdict(list)
+        self._max_keys: set[str] = set()  # stored keys reduced by max, not mean
         self._scalars: dict[str, float] = {}
         self._timers: dict[str, float] = {}
         self._proc = psutil.Process()
@@ -79,6 +80,7 @@ class Telemetry:
         self.episodes: collections.deque = collections.deque(maxlen=episode_window)
         self.n_episodes = 0
         self.last_row: dict[str, float] = {}
+        self.last_row_step = 0  # step of the last row written
         self.rows_written = 0
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self._csv = self._episodes_csv = self._tb = None
@@ -108,6 +110,17 @@ class Telemetry:
         if self.enabled:
             for k, v in values.items():
                 self._stored[k].append(v)
+
+    def store_max(self, **values) -> None:
+        """As `store`, but `dump` reports the largest value (a spike must not be averaged away)."""
+        if self.enabled:
+            for k, v in values.items():
+                self._stored[k].append(v)
+                self._max_keys.add(k)
+
+    def pending(self) -> bool:
+        """Whether values were stored or set since the last row."""
+        return any(self._stored.values()) or bool(self._scalars)
 
     def log(self, **values) -> None:
         """Set scalars for this row directly (last value wins)."""
@@ -145,28 +158,33 @@ class Telemetry:
             "wall_s": time.perf_counter() - self._t_start,
             # values stored since the last row (algorithms that write a row every few iterations)
             "stored": {k: list(v) for k, v in self._stored.items()},
+            "max_keys": sorted(self._max_keys),
             "scalars": dict(self._scalars),
         }
 
-    def restore(self, state: dict | None, step: int) -> None:
+    def restore(self, state: dict | None, step: int, rows_until: int | None = None) -> None:
         """Continue after a checkpoint at `step` (`backflip resume`): the episode window, the
-        wall clock and the steps/s baseline carry on; TensorBoard drops its events after `step`
-        (a SessionLog START at step + 1 makes it purge the orphaned steps >= step + 1)."""
+        wall clock and the steps/s baseline carry on; TensorBoard drops its events after
+        `rows_until` (default `step`; a SessionLog START at rows_until + 1 makes it purge the
+        orphaned steps >= rows_until + 1)."""
+        rows_until = step if rows_until is None else rows_until
         if state:
             self.episodes.extend(state["episodes"])
             self.n_episodes = state["n_episodes"]
             self._t_start -= state.get("wall_s", 0.0)
             for k, values in state.get("stored", {}).items():
                 self._stored[k].extend(values)
+            self._max_keys.update(state.get("max_keys", []))
             self._scalars.update(state.get("scalars", {}))
         self._step_last = step
+        self.last_row_step = rows_until
         if self._tb is not None:
             from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
             self._tb.add_event(
                 Event(
                     wall_time=time.time(),
-                    step=step + 1,
+                    step=rows_until + 1,
                     session_log=SessionLog(status=SessionLog.START),
                 )
             )
@@ -180,7 +198,8 @@ class Telemetry:
         if self.enabled:
             for k, vals in self._stored.items():
                 if vals:
-                    row[k] = float(_to_floats(vals).mean())
+                    a = _to_floats(vals)
+                    row[k] = float(a.max() if k in self._max_keys else a.mean())
             row.update({k: float(v) for k, v in self._scalars.items()})
             if self.episodes:
                 rets = np.array([e[0] for e in self.episodes])
@@ -213,6 +232,7 @@ class Telemetry:
         self._scalars.clear()
         self._timers.clear()
         self._t_last, self._step_last = now, step
+        self.last_row_step = step
         self._write(step, row)
         self.last_row = row
         if self.on_row is not None:
@@ -298,16 +318,21 @@ def read_episodes(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.asarray(steps), np.asarray(rets), np.asarray(lens)
 
 
-def truncate_logs(folder: str | Path, step: int) -> None:
+def truncate_logs(folder: str | Path, step: int, rows_until: int | None = None) -> None:
     """Drop rows after `step` from a seed's metrics.csv and episodes.csv (before resuming from a
-    checkpoint at `step`: what was logged after it will be logged again). Atomic per file."""
-    for name in ("metrics.csv", "episodes.csv"):
+    checkpoint at `step`: what was logged after it will be logged again). Atomic per file.
+
+    `rows_until` (default `step`) keeps fewer metric rows: an interrupted seed flushes what it
+    stored since its last regular row as one extra row, which its checkpoint keeps un-flushed;
+    the resumed seed writes that row again on its regular schedule."""
+    limits = {"metrics.csv": step if rows_until is None else rows_until, "episodes.csv": step}
+    for name, limit in limits.items():
         path = Path(folder) / name
         if not path.exists():
             continue
         with open(path, newline="") as f:
             rows = list(csv.reader(f))
-        kept = rows[:1] + [r for r in rows[1:] if _step_of(r) is not None and _step_of(r) <= step]
+        kept = rows[:1] + [r for r in rows[1:] if _step_of(r) is not None and _step_of(r) <= limit]
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w", newline="") as f:
             csv.writer(f).writerows(kept)

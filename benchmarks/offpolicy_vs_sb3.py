@@ -12,7 +12,9 @@ Same machine, same invocation, seeds interleaved. Two comparisons per algorithm 
    seed. SB3's times come from the runs of comparison 1, which evaluate on the same schedule.
 
 Each run is its own process with one torch thread; `--workers 2` runs an SB3 run and a backflip
-run side by side (both see the same load). Results are cached per run in `--results` so an
+run side by side (both see the same load). Both build a throwaway optimizer before their clocks
+start: the first one imports torch._dynamo (1-2 s), which SB3 pays in its constructor, outside
+its timing, and `backflip train` once in its forkserver, not per seed. Results are cached per run in `--results` so an
 interrupted benchmark resumes. Usage:
 
     pip install -e '.[bench]' && python benchmarks/offpolicy_vs_sb3.py [--algos dqn,td3,sac] [--seeds 3]
@@ -280,6 +282,11 @@ def main():
     args = p.parse_args()
     if args.one:
         algo, lib, mode, seed = args.one.split(",")
+        import torch
+
+        # the first optimizer either library builds imports torch._dynamo (1-2 s); SB3 pays it
+        # in its constructor, before its clock starts, `backflip train` once in its forkserver
+        torch.optim.Adam([torch.zeros(1, requires_grad=True)])
         out = run_sb3(algo, int(seed)) if lib == "sb3" else run_backflip(algo, int(seed), mode)
         print(json.dumps(out))
         return

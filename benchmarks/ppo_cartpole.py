@@ -7,7 +7,11 @@ Two comparisons (issue #2):
    seconds (evaluation time included) until a greedy evaluation (10 episodes, every 4,096 steps,
    same protocol for both) reaches 475, per seed.
 
-Each run is its own process with one torch thread. Usage:
+Each run is its own process with one torch thread. Timing starts after one-time imports in both:
+the first optimizer either library builds imports torch._dynamo (1-2 s here), which SB3 pays in
+its constructor, outside `learn`, and `backflip train` pays once in its forkserver, not per seed;
+so each process builds a throwaway optimizer first, untimed. backflip's steps/s exclude the time
+spent in its final greedy evaluation (SB3's efficiency runs evaluate nothing). Usage:
 
     pip install -e '.[bench]' && python benchmarks/ppo_cartpole.py [--seeds 3] [--steps 100000]
 """
@@ -162,7 +166,7 @@ def run_backflip(seed: int, steps: int, solve: bool) -> dict:
     out = {
         "steps": run.result["steps"],
         "wall_s": wall,
-        "sps": run.result["steps"] / wall,
+        "sps": run.result["steps"] / (wall - run.eval_time),
         "rolling100_475_step": first_crossing(ep_steps, ep_returns),
     }
     if solve:
@@ -197,6 +201,10 @@ def main():
     p.add_argument("--solve", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
+        import torch
+
+        # the first optimizer either library builds imports torch._dynamo: do it untimed
+        torch.optim.Adam([torch.zeros(1, requires_grad=True)])
         fn = run_sb3 if args.one == "sb3" else run_backflip
         print(json.dumps(fn(args.seed, args.steps, args.solve)))
         return

@@ -35,7 +35,7 @@ def test_train_stores_findings_and_prints_them_and_show_repeats_them(cli, home):
     (f,) = data["findings"]
     assert set(f) == {"rule", "severity", "metric", "step", "message", "evidence"}
     assert f["rule"] == "short-run" and f["evidence"]["series"] == "seed 0"
-    assert "info    short-run [seed 0]: only 9 metric rows" in cli("show", rid).stdout
+    assert "info    short-run [seed 0]: only 3 metric rows" in cli("show", rid).stdout
 
 
 def test_doctor_json_contract_and_exit_status(cli, home, tmp_path):

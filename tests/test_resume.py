@@ -110,7 +110,8 @@ def _train_in_process(folder, algo, steps, sets, stop_after_rows=None, checkpoin
     torch.set_num_threads(1)  # as in a seed process
     cfg = resolve(algo, "CartPole-v1", [2], steps, set_values=sets)
     if checkpoint is not None:
-        truncate_logs(folder, torch.load(checkpoint, weights_only=False)["step"])
+        ckpt = torch.load(checkpoint, weights_only=False)
+        truncate_logs(folder, ckpt["step"], ckpt.get("rows_until"))
     rows = []
 
     def on_row(step, row):
