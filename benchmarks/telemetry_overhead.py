@@ -28,6 +28,9 @@ def one(telemetry: bool, seed: int, steps: int) -> dict:
     from backflip.seedrun import SeedRun
 
     torch.set_num_threads(1)
+    # the first optimizer imports torch._dynamo (1-2 s, paid once per process, and by
+    # `backflip train` once in its forkserver): untimed, so it does not dilute the overhead
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
     cfg = resolve(
         "ppo", "CartPole-v1", [seed], steps, set_values={"telemetry": str(telemetry).lower()}
     )
