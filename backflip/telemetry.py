@@ -1,9 +1,9 @@
-"""Telemetry: cheap accumulation in hot loops, one reduction and one write per iteration.
+"""Telemetry: cheap accumulation in hot loops, one reduction and one write per metrics row.
 
 Two verbs, as in Spinning Up's logger:
 
     tel.store(policy_loss=loss.detach())   # inside minibatch loops: appends, no conversion
-    tel.dump(step)                         # at the iteration boundary: reduce, write, clear
+    tel.dump(step)                         # when a row is due: reduce, write, clear
 
 `store` keeps tensors as they are; `dump` stacks each key once and converts once, so a hot loop
 never pays for `.item()`. Every row goes to two sinks:
