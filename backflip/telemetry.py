@@ -113,10 +113,9 @@ class Telemetry:
 
     def store_max(self, **values) -> None:
         """As `store`, but `dump` reports the largest value (a spike must not be averaged away)."""
+        self.store(**values)
         if self.enabled:
-            for k, v in values.items():
-                self._stored[k].append(v)
-                self._max_keys.add(k)
+            self._max_keys.update(values)
 
     def pending(self) -> bool:
         """Whether values were stored or set since the last row."""

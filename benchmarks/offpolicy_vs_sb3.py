@@ -14,8 +14,8 @@ Same machine, same invocation, seeds interleaved. Two comparisons per algorithm 
 Each run is its own process with one torch thread; `--workers 2` runs an SB3 run and a backflip
 run side by side (both see the same load). Both build a throwaway optimizer before their clocks
 start: the first one imports torch._dynamo (1-2 s), which SB3 pays in its constructor, outside
-its timing, and `backflip train` once in its forkserver, not per seed. Results are cached per run in `--results` so an
-interrupted benchmark resumes. Usage:
+its timing, and `backflip train` once in its forkserver, not per seed. Results are cached per
+run in `--results` so an interrupted benchmark resumes. Usage:
 
     pip install -e '.[bench]' && python benchmarks/offpolicy_vs_sb3.py [--algos dqn,td3,sac] [--seeds 3]
 """
