@@ -39,7 +39,7 @@ from backflip.algos.common import (
     log_rollout_health,
 )
 from backflip.envs import make_vec, restore_envs, snapshot_envs
-from backflip.nets import ActorCritic
+from backflip.nets import ActorCritic, FlatParams
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
 
@@ -155,10 +155,11 @@ def train(cfg: Config, run: SeedRun) -> None:
     ac = ActorCritic(obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init)
     ac.to(device)
     params = list(ac.parameters())
+    flat = FlatParams(params)  # one buffer: zeroing, clipping and RMSprop are one kernel each
     if cfg.optimizer == "adam":
         opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.opt_eps, fused=device.type == "cpu")
     else:
-        opt = torch.optim.RMSprop(params, lr=cfg.lr, alpha=0.99, eps=cfg.opt_eps, foreach=True)
+        opt = torch.optim.RMSprop([flat.param], lr=cfg.lr, alpha=0.99, eps=cfg.opt_eps)
     images = check_obs(obs_space, cfg.norm_obs, "a2c")
     obs_norm = ObsNormalizer(obs_space.shape) if cfg.norm_obs else None
     rew_scaler = RewardScaler(N, cfg.gamma) if cfg.scale_reward else None
@@ -277,13 +278,10 @@ def train(cfg: Config, run: SeedRun) -> None:
             pg_loss = -(a * logp).mean()
             v_loss = 0.5 * ((value - b_ret) ** 2).mean()
             loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy.mean()
-            for p in params:  # (cheaper than opt.zero_grad on these tiny updates)
-                p.grad = None
+            flat.zero_grad()
             loss.backward()
             # the norm before clipping; max_norm=inf only measures it
-            grad_norm = nn.utils.clip_grad_norm_(
-                params, cfg.max_grad_norm or math.inf, foreach=True
-            )
+            grad_norm = flat.clip_grad_norm_(cfg.max_grad_norm or math.inf)
             opt.step()
         tel.store(
             **{

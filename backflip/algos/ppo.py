@@ -47,7 +47,7 @@ from backflip.algos.common import (
     obs_dtype,
 )
 from backflip.envs import make_vec, restore_envs, snapshot_envs
-from backflip.nets import ActorCritic
+from backflip.nets import ActorCritic, FlatParams
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
 
@@ -176,6 +176,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     ac = ActorCritic(obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init)
     ac.to(device)
     params = list(ac.parameters())
+    flat = FlatParams(params)  # one gradient buffer: zeroing and clipping are one kernel each
     opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=device.type == "cpu")
     images = check_obs(obs_space, cfg.norm_obs, "ppo")
     obs_norm = ObsNormalizer(obs_space.shape) if cfg.norm_obs else None
@@ -321,10 +322,10 @@ def train(cfg: Config, run: SeedRun) -> None:
                     else:
                         v_loss = 0.5 * ((value - b_ret[mb]) ** 2).mean()
                     loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy.mean()
-                    opt.zero_grad(set_to_none=True)
+                    flat.zero_grad()
                     loss.backward()
                     # the norm before clipping; max_norm=inf only measures it
-                    grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm or math.inf)
+                    grad_norm = flat.clip_grad_norm_(cfg.max_grad_norm or math.inf)
                     opt.step()
                     with torch.no_grad():
                         mb_kl = ((ratio - 1) - logratio).mean()
