@@ -50,7 +50,7 @@ class RunOptions:
     telemetry: bool = True
     """compute and write diagnostics (off only to measure what logging costs)"""
     log_every: int = 0
-    """env steps between metric rows (PPO, DQN, DDPG, TD3, SAC; 0: 1000)"""
+    """env steps between metric rows (PPO, VPG, DQN, DDPG, TD3, SAC; 0: 1000)"""
 
     def __post_init__(self):
         _require(self.eval_episodes >= 1, "eval_episodes must be >= 1")

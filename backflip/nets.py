@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
 
@@ -25,14 +26,30 @@ def layer_init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) 
 
 
 class MLP(nn.Sequential):
-    """nn.Sequential whose forward calls each layer's `forward` directly, skipping the module
-    call machinery (hooks) it never uses: ~1.5 us per layer, which is ~5% of A2C's and ~3% of
-    PPO's time on CartPole, where the network is tiny and called once per env step."""
+    """nn.Sequential whose forward skips the module call machinery (hooks) it never uses: it
+    calls each activation's `forward` and each linear layer's kernel directly, reading weight and
+    bias from the layer's parameter dict rather than through `nn.Module.__getattr__`. On a 64-64
+    network at batch 8 that is 13 us per forward instead of 17 (and ~25 us through `__call__`):
+    the network is called once per env step, and on CartPole this is ~5% of A2C's time."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self:
-            x = layer.forward(x)
+            x = _apply(layer, x)
         return x
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(output, the last hidden layer's activations): gSDE's exploration features."""
+        *body, head = self
+        for layer in body:
+            x = _apply(layer, x)
+        return _apply(head, x), x
+
+
+def _apply(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    if type(layer) is nn.Linear:
+        p = layer._parameters
+        return F.linear(x, p["weight"], p["bias"])
+    return layer.forward(x)
 
 
 def mlp(
@@ -93,6 +110,15 @@ class ActorCritic(nn.Module):
     linear policy and value heads on its features, as in the Atari papers (Mnih et al. 2016).
     Discrete actions: the policy outputs logits; Box actions: the Gaussian mean, with a learned
     state-independent log standard deviation.
+
+    With `sde` (Box actions only), exploration is generalized state-dependent (gSDE, Raffin et
+    al. 2022): the noise is a linear function of the policy's last hidden features z(s),
+    ε = z(s) · W with W ~ N(0, σ²) drawn per env copy by `reset_noise` and held fixed between
+    draws, so consecutive actions are explored coherently instead of jittering step by step.
+    The action's distribution given s is then a Gaussian with std_k = sqrt(Σ_j z_j² σ_jk²); the
+    learned parameter `log_std` is log σ, one per (feature, action dimension), and z is detached
+    in the std as in SB3 (the features learn from the mean only). The policy output `out` is
+    then the pair (mean, z).
     """
 
     def __init__(
@@ -102,6 +128,7 @@ class ActorCritic(nn.Module):
         hidden: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
         log_std_init: float = 0.0,
+        sde: bool = False,
     ):
         super().__init__()
         self.trunk, n_in = encoder(obs_shape, hidden, activation)
@@ -110,28 +137,56 @@ class ActorCritic(nn.Module):
         n_out = action_space.n if self.discrete else int(np.prod(action_space.shape))
         self.pi = mlp([n_in, *heads, n_out], activation, out_gain=0.01)
         self.v = mlp([n_in, *heads, 1], activation, out_gain=1.0)
+        self.sde = sde and not self.discrete
         if not self.discrete:
-            self.log_std = nn.Parameter(torch.full((n_out,), float(log_std_init)))
+            shape = ((heads[-1] if heads else n_in), n_out) if self.sde else (n_out,)
+            self.log_std = nn.Parameter(torch.full(shape, float(log_std_init)))
+        self.sde_noise: torch.Tensor | None = None  # (envs, features, actions): W per env copy
 
     def forward(self, obs: torch.Tensor):
-        """(policy output, value): logits for discrete actions, the Gaussian mean for Box."""
-        h = self.trunk(obs)
-        return self.pi(h), self.v(h).squeeze(-1)
+        """(policy output, value): logits for discrete actions, the Gaussian mean for Box, and
+        with gSDE the pair (mean, detached last hidden features of the policy)."""
+        h = self.trunk.forward(obs)
+        if self.sde:
+            mean, z = self.pi.forward_features(h)
+            return (mean, z.detach()), self.v.forward(h).squeeze(-1)
+        return self.pi.forward(h), self.v.forward(h).squeeze(-1)
 
-    def sample(self, out: torch.Tensor):
-        """A sampled action and its log-probability."""
+    def reset_noise(self, n: int) -> None:
+        """gSDE: draw a fresh exploration matrix W ~ N(0, σ²) for each of `n` env copies."""
+        if self.sde:
+            std = self.log_std.detach().exp()
+            self.sde_noise = torch.randn((n, *std.shape), device=std.device) * std
+
+    def std(self, out) -> torch.Tensor:
+        """The Gaussian's standard deviation: per action dimension, or per row with gSDE."""
+        if self.sde:
+            z = out[1]
+            return (z.pow(2) @ self.log_std.exp().pow(2) + 1e-6).sqrt()
+        return self.log_std.exp()
+
+    def sample(self, out):
+        """A sampled action and its log-probability (gSDE: one row per env copy)."""
         if self.discrete:
             return categorical_sample(out)
+        if self.sde:
+            mean, z = out
+            action = mean + torch.bmm(z.unsqueeze(1), self.sde_noise).squeeze(1)
+            return action, gaussian_logp_entropy(mean, self.std(out).log(), action)[0]
         action = gaussian_sample(out, self.log_std)
         return action, gaussian_logp_entropy(out, self.log_std, action)[0]
 
-    def logp_entropy(self, out: torch.Tensor, actions: torch.Tensor):
+    def logp_entropy(self, out, actions: torch.Tensor):
         if self.discrete:
             return categorical_logp_entropy(out, actions)
+        if self.sde:
+            return gaussian_logp_entropy(out[0], self.std(out).log(), actions)
         return gaussian_logp_entropy(out, self.log_std, actions)
 
-    def greedy(self, out: torch.Tensor) -> torch.Tensor:
-        return out.argmax(-1) if self.discrete else out
+    def greedy(self, out) -> torch.Tensor:
+        if self.discrete:
+            return out.argmax(-1)
+        return out[0] if self.sde else out
 
 
 def n_params(*modules: nn.Module) -> int:

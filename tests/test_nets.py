@@ -1,5 +1,6 @@
-"""nets.FlatParams: one buffer for all parameters and gradients, with results bit for bit those of
-torch's per-tensor clipping and optimizers (A2C and PPO rely on that to stay reproducible)."""
+"""nets: FlatParams (one buffer for all parameters and gradients, with results bit for bit those of
+torch's per-tensor clipping and optimizers: A2C and PPO rely on that to stay reproducible), the
+fast MLP forward, and gSDE exploration."""
 
 import copy
 import math
@@ -79,3 +80,66 @@ def test_flat_parameters_give_the_same_forward_pass_at_every_batch_size(obs_dim,
         with torch.inference_mode():
             (out_ref, v_ref), (out, v) = ref(x), ac(x)
         assert torch.equal(out, out_ref) and torch.equal(v, v_ref), f"batch {n}"
+
+
+def test_the_fast_mlp_forward_is_nn_sequentials_bit_for_bit():
+    torch.manual_seed(0)
+    for activation in ("tanh", "relu", "elu", "leaky_relu"):
+        ac = ActorCritic((7,), gym.spaces.Discrete(3), (64, 32), activation, 0.0)
+        x = torch.randn(33, 7)
+        reference = nn.Sequential(*ac.pi)  # torch's own forward through each module's __call__
+        assert torch.equal(ac.pi(x), reference(x))
+        out, z = ac.pi.forward_features(x)
+        assert torch.equal(out, reference(x)) and torch.equal(z, nn.Sequential(*ac.pi[:-1])(x))
+
+
+# --- gSDE -------------------------------------------------------------------------------------
+
+
+def sde_policy(log_std_init=-1.0):
+    torch.manual_seed(0)
+    return ActorCritic((3,), gym.spaces.Box(-2.0, 2.0, (2,)), (16, 16), "tanh", log_std_init, True)
+
+
+def test_gsde_std_is_the_spread_of_the_noise_it_samples():
+    ac = sde_policy()
+    assert ac.log_std.shape == (16, 2)  # one sigma per (feature, action dimension)
+    with torch.no_grad():
+        out, _ = ac(torch.randn(1, 3))
+        ac.reset_noise(100_000)  # 100k draws of W for the same state
+        mean, z = out
+        actions, _ = ac.sample((mean.expand(100_000, 2), z.expand(100_000, 16)))
+    empirical = actions.std(0)
+    assert torch.allclose(empirical, ac.std(out)[0], rtol=0.02), (empirical, ac.std(out))
+    assert torch.allclose(actions.mean(0), mean[0], atol=0.02)
+
+
+def test_gsde_noise_is_fixed_between_draws_and_differs_between_env_copies():
+    ac = sde_policy()
+    obs = torch.randn(1, 3).expand(4, 3)  # four env copies in the same state
+    with torch.no_grad():
+        ac.reset_noise(4)
+        out, _ = ac(obs)
+        a1, logp = ac.sample(out)
+        a2, _ = ac.sample(out)
+        ac.reset_noise(4)
+        a3, _ = ac.sample(out)
+        logp2, entropy = ac.logp_entropy(out, a1)
+    assert torch.equal(a1, a2)  # the same W: the same state gives the same action
+    assert not torch.equal(a1, a3)  # a fresh W explores elsewhere
+    assert len(set(a1[:, 0].tolist())) == 4  # each env copy has its own W
+    assert torch.allclose(logp, logp2) and entropy.shape == (4,)
+    assert torch.equal(ac.greedy(out), out[0])
+
+
+def test_gsde_trains_the_mean_and_log_std_but_not_the_features_through_the_std():
+    ac = sde_policy()
+    out, _ = ac(torch.randn(32, 3))
+    ac.reset_noise(32)
+    with torch.no_grad():
+        a, _ = ac.sample(out)
+    logp, entropy = ac.logp_entropy(out, a)
+    assert not out[1].requires_grad  # z is detached: features learn from the mean only
+    (-logp.mean() - entropy.mean()).backward()
+    assert ac.log_std.grad is not None and ac.log_std.grad.abs().sum() > 0
+    assert ac.pi[0].weight.grad.abs().sum() > 0  # through the mean

@@ -108,7 +108,8 @@ def _train_in_process(folder, algo, steps, sets, stop_after_rows=None, checkpoin
     from backflip.telemetry import truncate_logs
 
     torch.set_num_threads(1)  # as in a seed process
-    cfg = resolve(algo, "CartPole-v1", [2], steps, set_values=sets)
+    sets = dict(sets)
+    cfg = resolve(algo, sets.pop("env", "CartPole-v1"), [2], steps, set_values=sets)
     if checkpoint is not None:
         ckpt = torch.load(checkpoint, weights_only=False)
         truncate_logs(folder, ckpt["step"], ckpt.get("rows_until"))
@@ -132,6 +133,9 @@ RESUMABLE = [
     ("a2c", 4096, {"log_interval": 512}),
     ("vpg", 4096, {}),
     ("cem", 20_000, {}),
+    # gSDE's exploration matrices are drawn afresh at each rollout, after the restored RNG
+    ("a2c", 4096, {"log_interval": 512, "env": "Pendulum-v1"}),
+    ("vpg", 4096, {"env": "Pendulum-v1"}),  # 64-step rollouts, a row every 1,000 steps
 ]
 
 

@@ -66,7 +66,7 @@ def log_policy_health(tel, ac, obs, act, logp_old, theta0, max_entropy) -> None:
     if ac.discrete:
         tel.log(**{"train/entropy_norm": float(entropy.mean()) / max_entropy})
     else:
-        tel.log(**{"train/policy_std": float(ac.log_std.exp().mean())})
+        tel.log(**{"train/policy_std": float(ac.std(out).mean())})
 
 
 def log_rollout_health(tel, values, returns, adv) -> None:
@@ -106,13 +106,14 @@ def actor_critic_agent(ac, obs_norm, act_space, device) -> Agent:
 
 def load_actor_critic(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
     """The agent in a checkpoint whose state holds `model` (an ActorCritic built from the
-    config's `hidden`, `activation`, `log_std_init`) and `obs_norm` (or None)."""
+    config's `hidden`, `activation`, `log_std_init`, `sde`) and `obs_norm` (or None)."""
     from backflip.config import TrainConfig
     from backflip.nets import ActorCritic
     from backflip.normalize import ObsNormalizer
 
     cfg = TrainConfig.from_dict(checkpoint["config"]).hp
-    ac = ActorCritic(obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init)
+    sde = getattr(cfg, "sde", False)
+    ac = ActorCritic(obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, sde)
     ac.to(device).load_state_dict(checkpoint["state"]["model"])
     obs_norm = None
     if checkpoint["state"]["obs_norm"] is not None:

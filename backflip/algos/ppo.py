@@ -100,7 +100,11 @@ class Config:
     activation: str = "tanh"
     """tanh, relu, elu or leaky_relu"""
     log_std_init: float = 0.0
-    """initial log standard deviation of the Gaussian policy (Box actions)"""
+    """initial log standard deviation of the Gaussian policy (Box actions; with sde: log σ)"""
+    sde: bool = False
+    """Box actions: generalized state-dependent exploration (gSDE, nets.ActorCritic)"""
+    sde_sample_freq: int = 0
+    """with sde: draw new exploration noise every this many steps (0: once per rollout)"""
     adam_eps: float = 1e-5
     """Adam epsilon"""
 
@@ -120,6 +124,7 @@ class Config:
             "activation must be tanh, relu, elu or leaky_relu": self.activation
             in ("tanh", "relu", "elu", "leaky_relu"),
             "hidden must list at least one layer size": len(self.hidden) >= 1,
+            "sde_sample_freq must be >= 0": self.sde_sample_freq >= 0,
         }
         for message, ok in checks.items():
             if not ok:
@@ -173,7 +178,9 @@ def train(cfg: Config, run: SeedRun) -> None:
     envs = make_vec(run.env_id, cfg.num_envs, run.env_opts)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     N, T = cfg.num_envs, cfg.num_steps
-    ac = ActorCritic(obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init)
+    ac = ActorCritic(
+        obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, cfg.sde
+    )
     ac.to(device)
     params = list(ac.parameters())
     flat = FlatParams(params)  # one gradient buffer: zeroing and clipping are one kernel each
@@ -256,6 +263,8 @@ def train(cfg: Config, run: SeedRun) -> None:
         # -- rollout ------------------------------------------------------------------------
         with tel.timer("rollout"), torch.inference_mode():
             for t in range(T):
+                if ac.sde and t % (cfg.sde_sample_freq or T) == 0:
+                    ac.reset_noise(N)
                 valid_np[t] = ~prev_done
                 if keep_raw:
                     raw_obs[t] = obs
@@ -348,7 +357,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         # once per metrics row -------------------------------------------------------------
         if diag:
             with torch.no_grad():
-                out = ac.pi(ac.trunk(b_obs))
+                out, _ = ac(b_obs)
                 logp_new, entropy = ac.logp_entropy(out, b_act)
                 logratio = logp_new - b_logp
                 tel.store_max(**{"train/approx_kl": ((logratio.exp() - 1) - logratio).mean()})
@@ -373,7 +382,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                 if ac.discrete:
                     tel.log(**{"train/entropy_norm": float(entropy.mean()) / max_entropy})
                 else:
-                    tel.log(**{"train/policy_std": float(ac.log_std.exp().mean())})
+                    tel.log(**{"train/policy_std": float(ac.std(out).mean())})
                 if keep_raw:
                     log_obs_stats(tel, raw_obs[valid_np])
                 tel.log_stats("env/reward", raw_rew[valid_np])

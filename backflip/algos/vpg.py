@@ -4,13 +4,17 @@ Each iteration collects `num_envs * num_steps` steps with the current policy, th
 
 1. computes GAE advantages A_t and value targets R_t = A_t + V(s_t) (Schulman et al. 2016);
 2. takes ONE gradient step on the policy, L_π = -mean(Â_t log π(a_t|s_t)) − ent_coef · H,
-   with Â the advantages normalized over the batch (the unbiased on-policy gradient: a second
-   step would be off-policy, which is what PPO's clipping is for);
+   with Â the advantages (normalized over the batch with `norm_adv`; the unbiased on-policy
+   gradient: a second step would be off-policy, which is what PPO's clipping is for);
 3. fits the value function with `vf_iters` Adam steps on ½ (V(s_t) − R_t)² over minibatches.
 
 Policy and value have separate optimizers (the policy's also trains the CNN trunk on images).
 Episode ends follow PPO's rule (see `algos/ppo.py`): `values[t + 1]` is the bootstrap, zeroed
 on termination only; the autoreset step is dropped from both losses.
+
+Metrics rows: one every `log_every` env steps (a run option, default 1,000) and at least one per
+rollout that crosses it: losses and gradient norms are means over the updates since the last
+row; the other diagnostics describe the rollout that closes the row.
 """
 
 from __future__ import annotations
@@ -82,7 +86,11 @@ class Config:
     activation: str = "tanh"
     """tanh, relu, elu or leaky_relu"""
     log_std_init: float = 0.0
-    """initial log standard deviation of the Gaussian policy (Box actions)"""
+    """initial log standard deviation of the Gaussian policy (Box actions; with sde: log σ)"""
+    sde: bool = False
+    """Box actions: generalized state-dependent exploration (gSDE, nets.ActorCritic)"""
+    sde_sample_freq: int = 0
+    """with sde: draw new exploration noise every this many steps (0: once per rollout)"""
 
     def __post_init__(self):
         from backflip.errors import UserError
@@ -100,6 +108,7 @@ class Config:
             "activation must be tanh, relu, elu or leaky_relu": self.activation
             in ("tanh", "relu", "elu", "leaky_relu"),
             "hidden must list at least one layer size": len(self.hidden) >= 1,
+            "sde_sample_freq must be >= 0": self.sde_sample_freq >= 0,
         }
         for message, ok in checks.items():
             if not ok:
@@ -108,18 +117,23 @@ class Config:
 
 PRESETS = {
     "CartPole-v1": {"steps": 100_000},
-    # the best of the settings tried (docs/algorithms.md); reaches about -330 to -430, not
-    # reliably -400: one policy step per rollout is slow on Pendulum
+    # gSDE exploration with A2C's Pendulum settings (rl-zoo's A2C entry: 8 x 8 steps, γ 0.9,
+    # λ 0.9, normalized observations and rewards, log σ -2); one Adam policy step (lr 1e-3) and
+    # 5 value steps per rollout, advantages not normalized. Greedy -224, -265, -140, -192 on
+    # seeds 0-3; without gSDE the best tried reached -434 (docs/algorithms.md)
     "Pendulum-v1": {
         "steps": 1_000_000,
         "num_envs": 8,
-        "num_steps": 32,
+        "num_steps": 8,
         "gamma": 0.9,
-        "gae_lambda": 0.95,
-        "pi_lr": 1e-2,
+        "gae_lambda": 0.9,
+        "pi_lr": 1e-3,
+        "vf_iters": 5,
+        "norm_adv": False,
         "norm_obs": True,
         "scale_reward": True,
-        "log_std_init": -0.5,
+        "log_std_init": -2.0,
+        "sde": True,
     },
 }
 # `backflip probe vpg`: one policy step per 8 x 128-step rollout is 2 to 15 steps in a probe's
@@ -144,7 +158,9 @@ def train(cfg: Config, run: SeedRun) -> None:
     envs = make_vec(run.env_id, cfg.num_envs, run.env_opts)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     N, T = cfg.num_envs, cfg.num_steps
-    ac = ActorCritic(obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init)
+    ac = ActorCritic(
+        obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, cfg.sde
+    )
     ac.to(device)
     v_params = list(ac.v.parameters())
     pi_params = [p for p in ac.parameters() if all(p is not q for q in v_params)]
@@ -220,6 +236,8 @@ def train(cfg: Config, run: SeedRun) -> None:
         # -- rollout ------------------------------------------------------------------------
         with tel.timer("rollout"), torch.inference_mode():
             for t in range(T):
+                if ac.sde and t % (cfg.sde_sample_freq or T) == 0:
+                    ac.reset_noise(N)
                 valid = ~prev_done
                 if raw_obs is not None:
                     raw_obs[t] = obs
@@ -251,8 +269,13 @@ def train(cfg: Config, run: SeedRun) -> None:
         b_adv, b_ret, b_val = (x.reshape(-1)[keep].to(device) for x in (adv, ret, val_buf[:-1]))
         n = len(keep)
 
+        evaluate_now = run.eval_due(step)
+        row = run.log_due(step) or evaluate_now or it == iterations
+
         # -- one policy step, then fit the value function ------------------------------------
-        theta0 = nn.utils.parameters_to_vector(ac.parameters()).detach().clone() if diag else None
+        theta0 = None
+        if row and diag:
+            theta0 = nn.utils.parameters_to_vector(ac.parameters()).detach().clone()
         with tel.timer("update"):
             out, _ = ac(b_obs)
             logp, entropy = ac.logp_entropy(out, b_act)
@@ -281,8 +304,8 @@ def train(cfg: Config, run: SeedRun) -> None:
                 }
             )
 
-        # -- diagnostics --------------------------------------------------------------------
-        if diag:
+        # -- diagnostics, once per metrics row ----------------------------------------------
+        if row and diag:
             log_policy_health(tel, ac, b_obs, b_act, logp.detach(), theta0, max_entropy)
             log_rollout_health(tel, b_val, b_ret, b_adv)
             tel.log(**{"train/lr": cfg.pi_lr * frac, "train/vf_lr": cfg.vf_lr * frac})
@@ -298,9 +321,10 @@ def train(cfg: Config, run: SeedRun) -> None:
                 )
                 tel.log(**{"env/action_clip_frac": float(outside.float().mean())})
 
-        if run.eval_due(step):
+        if evaluate_now:
             run.evaluate(step, agent.act)
-        run.log(step)
+        if row:
+            run.log(step)
         if run.checkpoint_due(step):
             run.save_checkpoint(step, state())
 
