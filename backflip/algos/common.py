@@ -104,16 +104,24 @@ def actor_critic_agent(ac, obs_norm, act_space, device) -> Agent:
     return Agent(act=act, value=value)
 
 
+def build_actor_critic(cfg, obs_space, act_space):
+    """The `nets.ActorCritic` a PPO, A2C or VPG config describes (hidden, activation,
+    log_std_init, sde), freshly initialized."""
+    from backflip.nets import ActorCritic
+
+    return ActorCritic(
+        obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, cfg.sde
+    )
+
+
 def load_actor_critic(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
     """The agent in a checkpoint whose state holds `model` (an ActorCritic built from the
     config's `hidden`, `activation`, `log_std_init`, `sde`) and `obs_norm` (or None)."""
     from backflip.config import TrainConfig
-    from backflip.nets import ActorCritic
     from backflip.normalize import ObsNormalizer
 
     cfg = TrainConfig.from_dict(checkpoint["config"]).hp
-    sde = getattr(cfg, "sde", False)
-    ac = ActorCritic(obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, sde)
+    ac = build_actor_critic(cfg, obs_space, act_space)
     ac.to(device).load_state_dict(checkpoint["state"]["model"])
     obs_norm = None
     if checkpoint["state"]["obs_norm"] is not None:

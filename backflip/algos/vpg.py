@@ -30,6 +30,7 @@ from backflip.algos.common import (
     Agent,
     EpisodeTracker,
     actor_critic_agent,
+    build_actor_critic,
     check_obs,
     gae,
     load_actor_critic,
@@ -39,7 +40,6 @@ from backflip.algos.common import (
     obs_dtype,
 )
 from backflip.envs import make_vec, restore_envs, snapshot_envs
-from backflip.nets import ActorCritic
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
 
@@ -158,9 +158,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     envs = make_vec(run.env_id, cfg.num_envs, run.env_opts)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     N, T = cfg.num_envs, cfg.num_steps
-    ac = ActorCritic(
-        obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, cfg.sde
-    )
+    ac = build_actor_critic(cfg, obs_space, act_space)
     ac.to(device)
     v_params = list(ac.v.parameters())
     pi_params = [p for p in ac.parameters() if all(p is not q for q in v_params)]
