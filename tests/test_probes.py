@@ -15,6 +15,7 @@ import torch
 from backflip.algos import ALGOS, common, get_algo, ppo
 from backflip.doctor.audits import audit_obs_normalizer, audit_reward_scaler
 from backflip.doctor.probes import PROBE_GAMMA, probe_kinds, result_line, run_probe, run_probes
+from backflip.nets import ActorCritic  # the network PPO builds (algos.common.build_actor_critic)
 from backflip.normalize import RewardScaler
 
 
@@ -87,13 +88,13 @@ def test_advantage_sign_flipped_fails_probe_4_but_not_the_value_probes(monkeypat
 
 @pytest.mark.slow
 def test_no_gradient_through_the_value_head_fails_probe_1(monkeypatch):
-    forward = ppo.ActorCritic.forward
+    forward = ActorCritic.forward
 
     def detached_value(self, obs):
         out, value = forward(self, obs)
         return out, value.detach()
 
-    monkeypatch.setattr(ppo.ActorCritic, "forward", detached_value)
+    monkeypatch.setattr(ActorCritic, "forward", detached_value)
     r = probe(1)
     assert r.passed is False and abs(r.checks[0].measured - 1.0) > 0.5
 
@@ -104,7 +105,7 @@ def test_value_net_blind_to_its_input_fails_probe_2_not_probe_1(monkeypatch):
         h = self.trunk(obs)
         return self.pi(h), self.v(torch.zeros_like(h)).squeeze(-1)
 
-    monkeypatch.setattr(ppo.ActorCritic, "forward", blind_value)
+    monkeypatch.setattr(ActorCritic, "forward", blind_value)
     assert probe(1).passed
     r = probe(2)
     assert r.passed is False
@@ -117,7 +118,7 @@ def test_observations_misaligned_across_the_batch_fail_probe_5_not_probe_4(monke
         h = self.trunk(obs)
         return self.pi(h.roll(1, 0)), self.v(h).squeeze(-1)  # row i acts on row i-1's obs
 
-    monkeypatch.setattr(ppo.ActorCritic, "forward", shifted_policy)
+    monkeypatch.setattr(ActorCritic, "forward", shifted_policy)
     assert probe(4).passed
     assert probe(5).passed is False
 
