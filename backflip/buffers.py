@@ -32,6 +32,8 @@ class Batch:
     next_obs: torch.Tensor
     terminated: torch.Tensor
     """1.0 where the episode really ended at this transition (no bootstrap), else 0.0"""
+    discount: torch.Tensor | None = None
+    """γ^k for k-step returns (`sample_nstep`): the factor on the bootstrap value; else None"""
 
 
 class ReplayBuffer:
@@ -83,6 +85,36 @@ class ReplayBuffer:
 
         return Batch(
             t(self.obs), t(self.actions), t(self.rewards), t(self.next_obs), t(self.terminated)
+        )
+
+    def sample_nstep(self, batch_size: int, n: int, gamma: float) -> Batch:
+        """Like `sample`, but each transition carries the k-step return (Sutton 1988; Rainbow's
+        n = 3): `rewards` = r_t + γ r_{t+1} + ... + γ^(k-1) r_{t+k-1}, `next_obs` and
+        `terminated` from step t+k-1, `discount` = γ^k. k = n unless the episode ends first
+        (terminated or truncated, inclusive) or the newest stored transition comes first. The
+        lookahead reads the following ring slots, so it assumes one env writing transitions in
+        time order, as DQN does; the idx draw is the same as `sample`'s."""
+        idx = self.rng.integers(0, self.size, batch_size)
+        steps = np.arange(n)
+        ahead = (idx[:, None] + steps) % self.capacity  # (B, n) slots t .. t+n-1
+        stored = (self.pos - 1 - idx) % self.capacity + 1  # transitions from t to the newest
+        ended = self.terminated[ahead].astype(bool) | self.truncated[ahead]
+        ended_before = np.cumsum(ended, axis=1) - ended  # episode ends among t .. t+j-1
+        use = (steps < stored[:, None]) & (ended_before == 0)
+        k = use.sum(axis=1)  # >= 1: slot t itself is always used
+        last = ahead[np.arange(batch_size), k - 1]
+        rewards = (self.rewards[ahead] * gamma**steps * use).sum(axis=1, dtype=np.float32)
+
+        def t(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a).to(self.device)
+
+        return Batch(
+            t(self.obs[idx]),
+            t(self.actions[idx]),
+            t(rewards),
+            t(self.next_obs[last]),
+            t(self.terminated[last]),
+            t((gamma**k).astype(np.float32)),
         )
 
     def recent(self, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -57,7 +57,13 @@ def one(job: tuple[int, dict]) -> dict:
 def parse_variant(text: str) -> dict:
     if text == "defaults":
         return {}
-    return dict(kv.split("=", 1) for kv in text.split(","))
+    pairs: list[str] = []
+    for part in text.split(","):  # "hidden=64,64,lr=1e-3": a part without "=" continues a value
+        if "=" in part or not pairs:
+            pairs.append(part)
+        else:
+            pairs[-1] += "," + part
+    return dict(kv.split("=", 1) for kv in pairs)
 
 
 def main():

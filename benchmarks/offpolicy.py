@@ -31,6 +31,7 @@ DQN_ZOO = dict(
     buffer_size=100_000,
     learning_starts=1000,
     gamma=0.99,
+    n_step=1,
     target_every=128,
     tau=1.0,
     train_every=256,

@@ -71,10 +71,48 @@ def test_replay_buffer_is_a_ring_and_samples_deterministically():
     assert torch.equal(x.terminated, (x.rewards == 5.0).float())
 
 
-@pytest.mark.parametrize("algo", OFF_POLICY)
+def test_nstep_returns_stop_at_episode_ends_and_at_the_newest_transition():
+    """k-step targets read the following ring slots: they must stop (inclusive) at a termination
+    or a truncation, never run past the newest transition, and follow the ring's wrap."""
+    rb = ReplayBuffer(8, (1,), (), act_dtype=np.int64, seed=0)
+    ends = {2: (True, False), 5: (False, True)}  # t=2 terminates, t=5 hits the time limit
+    for t in range(10):  # slots hold t = 2..9 after the wrap; t = 9 is the newest
+        rb.add([t], 0, float(t + 1), [t + 1], *ends.get(t, (False, False)))
+    b = rb.sample_nstep(256, 3, 0.5)
+    got = {
+        int(o): (r, int(n), int(te), d)
+        for o, r, n, te, d in zip(
+            b.obs[:, 0], b.rewards, b.next_obs[:, 0], b.terminated, b.discount, strict=True
+        )
+    }
+    assert got == {  # t: (k-step return, s_(t+k), terminated, 0.5^k)
+        2: (3.0, 3, 1, 0.5),  # its own termination: k = 1, no bootstrap
+        3: (4 + 0.5 * 5 + 0.25 * 6, 6, 0, 0.125),  # stops at the truncation, which bootstraps
+        4: (5 + 0.5 * 6, 6, 0, 0.25),
+        5: (6.0, 6, 0, 0.5),
+        6: (7 + 0.5 * 8 + 0.25 * 9, 9, 0, 0.125),  # slots 6, 7 and, past the wrap, 0
+        7: (8 + 0.5 * 9 + 0.25 * 10, 10, 0, 0.125),
+        8: (9 + 0.5 * 10, 10, 0, 0.25),  # only t = 9 is stored after it
+        9: (10.0, 10, 0, 0.5),
+    }
+    # k = 1 is the one-step batch, drawn with the same indices as `sample`
+    x, y = (ReplayBuffer(8, (1,), (), act_dtype=np.int64, seed=3) for _ in range(2))
+    for buf in (x, y):
+        for t in range(10):
+            buf.add([t], 0, float(t + 1), [t + 1], *ends.get(t, (False, False)))
+    one, plain = x.sample_nstep(64, 1, 0.5), y.sample(64)
+    for field in ("obs", "actions", "rewards", "next_obs", "terminated"):
+        assert torch.equal(getattr(one, field), getattr(plain, field)), field
+    assert torch.all(one.discount == 0.5)
+
+
+@pytest.mark.parametrize("algo", [*OFF_POLICY, "dqn-1step", "dqn-5step"])
 def test_truncation_bootstraps_so_q_learns_the_value_beyond_the_time_limit(algo, tmp_path):
     """Reward 1 forever, cut by a 5-step time limit: Q must reach 1 / (1 - gamma) = 10. Treating
-    the limit as a termination would give a value near 3.6 (and ~1 right before it)."""
+    the limit as a termination would give a value near 3.6 (and ~1 right before it). DQN runs
+    with one-step targets and with 5-step ones, which reach past every time limit."""
+    algo, _, n = algo.partition("-")
+    extra = {"n_step": n.removesuffix("step")} if n else {}
     env = (
         "tests.fault_envs:EndlessReward-v0"
         if algo == "dqn"
@@ -82,7 +120,7 @@ def test_truncation_bootstraps_so_q_learns_the_value_beyond_the_time_limit(algo,
     )
     sets = dict(SMALL, gamma=0.9, tau=0.05, lr=3e-3, learning_starts=100)
     if algo == "dqn":
-        sets.update(target_every=1)
+        sets.update(target_every=1, **extra)
     if algo == "sac":
         sets.update(autotune_alpha=False, alpha_init=1e-4)  # soft Q = Q when alpha is ~0
     train(algo, env, 2500, tmp_path, **sets)
