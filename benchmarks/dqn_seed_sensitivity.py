@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -31,25 +30,15 @@ EVAL_EVERY = 1000
 def one(job: tuple[int, dict]) -> dict:
     seed, sets = job
     import torch
+    from offpolicy import train_seed
 
-    from backflip.algos import get_algo
     from backflip.config import resolve
-    from backflip.seedrun import SeedRun
 
     torch.set_num_threads(1)
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # import torch._dynamo off the clock
     values = {"eval_every": EVAL_EVERY, "log_every": EVAL_EVERY, **sets}
     cfg = resolve("dqn", "CartPole-v1", [seed], None, set_values=values)
-    evals = []
-
-    def on_row(step, row):
-        if "eval/return_mean" in row:
-            evals.append((step, row["eval/return_mean"], time.perf_counter() - run.t_start))
-
-    with tempfile.TemporaryDirectory() as tmp:
-        run = SeedRun(cfg, seed, tmp, on_row=on_row)
-        get_algo("dqn").train(cfg.hp, run)
-        run.close()
+    run, evals, _, _ = train_seed("dqn", cfg, seed)
     first = next(((s, t) for s, r, t in evals if r >= THRESHOLD), (None, None))
     return {"first_step": first[0], "first_s": first[1], "final": run.result["eval_return"]}
 

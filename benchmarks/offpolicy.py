@@ -1,5 +1,6 @@
 """Shared pieces of the off-policy benchmarks: rl-zoo's hyperparameters in SB3's and backflip's
-names, one evaluation protocol for both libraries, and FLOP counting of one gradient step."""
+names, one evaluation protocol for both libraries, FLOP counting of one gradient step, and
+training one backflip seed in a throwaway directory."""
 
 from __future__ import annotations
 
@@ -115,3 +116,31 @@ def count_flops(fn) -> int:
     with FlopCounterMode(display=False) as counter:
         fn()
     return counter.get_total_flops()
+
+
+def train_seed(algo: str, cfg, seed: int):
+    """Train one seed of the resolved config `cfg` in a throwaway directory: (run, evals, wall,
+    metrics) — the closed SeedRun (`result`, `eval_time`), every greedy evaluation as (step,
+    return, seconds since the start), the wall seconds until training ended, and the metrics
+    table, read back before the directory goes."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from backflip.algos import get_algo
+    from backflip.seedrun import SeedRun
+    from backflip.telemetry import read_metrics
+
+    evals = []
+
+    def on_row(step, row):
+        if "eval/return_mean" in row:
+            evals.append((step, row["eval/return_mean"], time.perf_counter() - run.t_start))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = SeedRun(cfg, seed, tmp, on_row=on_row)
+        get_algo(algo).train(cfg.hp, run)
+        wall = time.perf_counter() - run.t_start
+        run.close()
+        metrics = read_metrics(Path(tmp) / "metrics.csv")
+    return run, evals, wall, metrics

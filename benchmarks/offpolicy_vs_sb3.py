@@ -28,7 +28,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,6 +42,7 @@ from offpolicy import (
     TD3_ZOO_SB3,
     count_flops,
     sb3_greedy_evaluator,
+    train_seed,
 )
 
 EVAL_EVERY = 1000
@@ -107,10 +107,7 @@ def run_sb3(algo: str, seed: int) -> dict:
 def run_backflip(algo: str, seed: int, mode: str) -> dict:
     import torch
 
-    from backflip.algos import get_algo
     from backflip.config import resolve
-    from backflip.seedrun import SeedRun
-    from backflip.telemetry import read_metrics
 
     torch.set_num_threads(1)
     env_id, threshold, budget, _, zoo = TASKS[algo]
@@ -121,18 +118,7 @@ def run_backflip(algo: str, seed: int, mode: str) -> dict:
         sets["target_return"] = threshold
         budget = None
     cfg = resolve(algo, env_id, [seed], budget, set_values={k: str(v) for k, v in sets.items()})
-    evals = []
-
-    def on_row(step, row):
-        if "eval/return_mean" in row:
-            evals.append((step, row["eval/return_mean"], time.perf_counter() - run.t_start))
-
-    with tempfile.TemporaryDirectory() as tmp:
-        run = SeedRun(cfg, seed, tmp, on_row=on_row)
-        get_algo(algo).train(cfg.hp, run)
-        wall = time.perf_counter() - run.t_start
-        run.close()
-        metrics = read_metrics(Path(tmp) / "metrics.csv")
+    run, evals, wall, metrics = train_seed(algo, cfg, seed)
     _, update_s = metrics.get("time/update_s", ([], [0.0]))
     _, updates = metrics["train/updates"]
     timing = {
