@@ -14,8 +14,10 @@ Same machine, same invocation, seeds interleaved. Two comparisons per algorithm 
 Each run is its own process with one torch thread; `--workers 2` runs an SB3 run and a backflip
 run side by side (both see the same load). Both build a throwaway optimizer before their clocks
 start: the first one imports torch._dynamo (1-2 s), which SB3 pays in its constructor, outside
-its timing, and `backflip train` once in its forkserver, not per seed. Results are cached per
-run in `--results` so an interrupted benchmark resumes. Usage:
+its timing, and `backflip train` once in its forkserver, not per seed. Each run's result is
+written to a fresh directory (printed at the start); `--results DIR` reuses the results already
+in DIR, to resume an interrupted benchmark of the *same* code — results there are never
+invalidated, so a benchmark of changed code needs a fresh directory. Usage:
 
     pip install -e '.[bench]' && python benchmarks/offpolicy_vs_sb3.py [--algos dqn,td3,sac] [--seeds 3]
 """
@@ -28,6 +30,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -263,7 +266,9 @@ def main():
     p.add_argument("--algos", default="dqn,td3,sac")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2, help="runs at once (an SB3 and a backflip)")
-    p.add_argument("--results", default="benchmarks/results/offpolicy", help="per-run cache")
+    p.add_argument(
+        "--results", help="resume: reuse the per-run results in this directory (default: fresh)"
+    )
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -277,14 +282,16 @@ def main():
         print(json.dumps(out))
         return
 
-    results = Path(args.results)
+    results = Path(args.results or tempfile.mkdtemp(prefix="offpolicy-vs-sb3-"))
     results.mkdir(parents=True, exist_ok=True)
+    reused = len(list(results.glob("*.json")))
     algos, seeds = args.algos.split(","), list(range(args.seeds))
     print(f"# Off-policy: backflip vs Stable-Baselines3 — {time.strftime('%Y-%m-%d %H:%M')}")
     print(
         f"# {platform.node()}, {os.cpu_count()} CPUs, python {platform.python_version()}, "
         f"load average at start {os.getloadavg()[0]:.2f}, {args.workers} run(s) at once"
     )
+    print(f"# per-run results in {results}" + (f" ({reused} reused)" if reused else ""))
     runs = {a: {"sb3": [], "zoo": [], "defaults": []} for a in algos}
     # an SB3 run next to a backflip run with the same settings, then backflip's defaults
     jobs = [
