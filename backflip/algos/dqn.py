@@ -26,9 +26,10 @@ CartPole settings — 128 gradient steps every 256 env steps, a copy every 10 en
 amounts to one copy per burst of updates: `target_every=128` here.)
 
 Episode ends: only `terminated` cuts the bootstrap. A k-step sum stops at either end, and a
-time-limit truncation bootstraps from Q_target at the episode's final observation, which is the observation returned by the step that
-ended the episode; Gymnasium's NEXT_STEP autoreset then spends one more `step` call on the
-reset, which is not a transition and is neither stored nor counted.
+time-limit truncation bootstraps from Q_target at the episode's final observation, which is the
+observation returned by the step that ended the episode; Gymnasium's NEXT_STEP autoreset then
+spends one more `step` call on the reset, which is not a transition and is neither stored nor
+counted.
 
 Why the defaults (docs/algorithms.md, "DQN", has the measurements): a greedy policy read off
 at the end of DQN training is only as good as the last few bursts of updates. On CartPole the
