@@ -34,7 +34,12 @@ def _to_floats(values: list) -> np.ndarray:
     if hasattr(values[0], "detach"):  # torch tensors: one stack, one conversion
         import torch
 
-        return torch.stack([v.detach().float().reshape(()) for v in values]).cpu().numpy()
+        with torch.no_grad():
+            try:  # the usual 0-d tensors: one kernel (PPO stores ~80 per key between rows)
+                stacked = torch.stack(values)
+            except RuntimeError:  # mixed shapes, e.g. () and (1,)
+                stacked = torch.stack([v.reshape(()) for v in values])
+            return stacked.reshape(-1).float().cpu().numpy()
     return np.asarray(values, dtype=np.float64)
 
 

@@ -153,7 +153,10 @@ def test_a_folder_of_runs_gets_seed_level_findings(tmp_path):
 
 BROKEN = [
     # (fault, env, steps, settings, expected rule, its severity)
-    ("collapse", "CartPole-v1", 20_000, ["ent_coef=-1"], "entropy-collapse", "error"),
+    # ent_coef=-1 collapses most seeds only after the return rose (a warning, by the rule's
+    # design: seeds 1-3 before 2026-11-23, all of 0-3 since); -10 collapses at the first
+    # updates and the return stays ~10 on seeds 0-2 (3-5: a deterministic policy at ~50)
+    ("collapse", "CartPole-v1", 20_000, ["ent_coef=-10"], "entropy-collapse", "error"),
     ("no learning", "CartPole-v1", 20_000, ["lr=1e-8"], "entropy-flat", "error"),
     ("KL blow-up", "CartPole-v1", 20_000, ["lr=0.01", "clip=1e6", "max_grad_norm=0"],
      "kl-large", "error"),

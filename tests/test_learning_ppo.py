@@ -27,5 +27,5 @@ def test_ppo_solves_cartpole_within_1e5_steps_on_every_seed(cli, home):
 def test_ppo_pendulum_preset_reaches_minus_250_on_every_seed(cli, home):
     record = train_and_load(cli, home, "ppo", "--env", "Pendulum-v1", "--seeds", "3")
     finals = [s["final_eval_return"] for s in record["seeds"]]
-    assert record["config"]["steps"] <= 200_000
+    assert record["config"]["steps"] <= 300_000
     assert min(finals) >= -250, json.dumps(finals)

@@ -163,9 +163,9 @@ def train(cfg: Config, run: SeedRun) -> None:
     ac = build_actor_critic(cfg, obs_space, act_space)
     ac.to(device)
     params = list(ac.parameters())
-    flat = FlatParams(params)  # one buffer: zeroing, clipping and RMSprop are one kernel each
+    flat = FlatParams(params)  # one buffer: zeroing, clipping and the optimizer are one kernel each
     if cfg.optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.opt_eps, fused=device.type == "cpu")
+        opt = torch.optim.Adam([flat.param], lr=cfg.lr, eps=cfg.opt_eps, fused=device.type == "cpu")
     else:
         opt = torch.optim.RMSprop([flat.param], lr=cfg.lr, alpha=0.99, eps=cfg.opt_eps)
     images = check_obs(obs_space, cfg.norm_obs, "a2c")
@@ -198,7 +198,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     it, step = 0, 0
     if run.restored:  # resuming from a checkpoint
         ac.load_state_dict(run.restored["model"])
-        opt.load_state_dict(run.restored["optimizer"])
+        opt.load_state_dict(flat.optimizer_state(run.restored["optimizer"]))
         if obs_norm:
             obs_norm.load_state_dict(run.restored["obs_norm"])
         if rew_scaler:

@@ -24,6 +24,12 @@ last one iteration); the other diagnostics that need an extra pass (explained va
 size, value, advantage, observation and reward statistics) describe the iteration that closes
 the row. Computing all of them on every iteration cost ~10% of the wall time at these settings;
 this way, ~4%.
+
+Speed (docs/benchmarks.md): a gradient step on CartPole is ~100 small kernels, so what counts is
+how many there are. The networks' tanh is NumPy's, each network one autograd node (`nets.MLP`);
+parameters, gradients and Adam's state live in one buffer (`nets.FlatParams`), so zeroing,
+clipping and the Adam step are one kernel each; a rollout that fits in one minibatch is not
+shuffled (the loss is a mean over it); the entropy term leaves the graph when its weight is 0.
 """
 
 from __future__ import annotations
@@ -33,7 +39,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
 from backflip.algos.common import (
     Agent,
@@ -136,9 +141,10 @@ PRESETS = {
     # rl-zoo's entry; larger learning rates solve sooner on most seeds but not more reliably
     # (docs/algorithms.md, "PPO")
     "CartPole-v1": {"steps": 100_000},
-    # Tuned here (no gSDE, unlike rl-zoo): greedy eval -212, -237, -161, -178 on seeds 0-3.
+    # Tuned here (no gSDE, unlike rl-zoo). 3e5 steps: at 2e5 seed 1 was still improving at the
+    # end (-259); at 3e5 seeds 0-9 end between -119 and -219 (docs/algorithms.md, "PPO").
     "Pendulum-v1": {
-        "steps": 200_000,
+        "steps": 300_000,
         "num_envs": 8,
         "num_steps": 128,
         "minibatch_size": 64,
@@ -182,8 +188,8 @@ def train(cfg: Config, run: SeedRun) -> None:
     ac = build_actor_critic(cfg, obs_space, act_space)
     ac.to(device)
     params = list(ac.parameters())
-    flat = FlatParams(params)  # one gradient buffer: zeroing and clipping are one kernel each
-    opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=device.type == "cpu")
+    flat = FlatParams(params)  # one buffer: zeroing, clipping and Adam are one kernel each
+    opt = torch.optim.Adam([flat.param], lr=cfg.lr, eps=cfg.adam_eps, fused=device.type == "cpu")
     images = check_obs(obs_space, cfg.norm_obs, "ppo")
     obs_norm = ObsNormalizer(obs_space.shape) if cfg.norm_obs else None
     rew_scaler = RewardScaler(N, cfg.gamma) if cfg.scale_reward else None
@@ -218,7 +224,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     it, step = 0, 0
     if run.restored:  # resuming from a checkpoint
         ac.load_state_dict(run.restored["model"])
-        opt.load_state_dict(run.restored["optimizer"])
+        opt.load_state_dict(flat.optimizer_state(run.restored["optimizer"]))
         if obs_norm:
             obs_norm.load_state_dict(run.restored["obs_norm"])
         if rew_scaler:
@@ -304,21 +310,24 @@ def train(cfg: Config, run: SeedRun) -> None:
         row = row_due or evaluate_now or it == iterations
 
         # -- update -------------------------------------------------------------------------
-        theta0 = nn.utils.parameters_to_vector(params).detach().clone() if row and diag else None
+        theta0 = flat.data.clone() if row and diag else None  # (the buffer's padding is 0)
         epochs_done = 0
         with tel.timer("update"):
             for _ in range(cfg.epochs):
                 epochs_done += 1
                 kl_stop = False
-                for mb in torch.randperm(n, device=device).tensor_split(n_mb):
+                minibatches = [slice(None)]  # one minibatch: the whole rollout, unshuffled
+                if n_mb > 1:
+                    minibatches = torch.randperm(n, device=device).tensor_split(n_mb)
+                for mb in minibatches:
                     out, value = ac(b_obs[mb])
                     logp, entropy = ac.logp_entropy(out, b_act[mb])
                     logratio = logp - b_logp[mb]
                     ratio = logratio.exp()
                     a = b_adv[mb]
-                    if cfg.norm_adv and len(mb) > 1:
+                    if cfg.norm_adv and len(a) > 1:
                         a = (a - a.mean()) / (a.std() + 1e-8)
-                    pg_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - clip, 1 + clip)).mean()
+                    pg_loss = -torch.min(a * ratio, a * ratio.clamp(1 - clip, 1 + clip)).mean()
                     if cfg.clip_vloss:
                         v_clipped = b_val[mb] + (value - b_val[mb]).clamp(-clip, clip)
                         v_loss = (
@@ -329,14 +338,15 @@ def train(cfg: Config, run: SeedRun) -> None:
                         )
                     else:
                         v_loss = 0.5 * ((value - b_ret[mb]) ** 2).mean()
-                    loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * entropy.mean()
+                    loss = pg_loss + cfg.vf_coef * v_loss
+                    if cfg.ent_coef:  # (entropy is still computed and logged)
+                        loss = loss - cfg.ent_coef * entropy.mean()
                     flat.zero_grad()
                     loss.backward()
                     # the norm before clipping; max_norm=inf only measures it
                     grad_norm = flat.clip_grad_norm_(cfg.max_grad_norm or math.inf)
                     opt.step()
                     with torch.no_grad():
-                        mb_kl = ((ratio - 1) - logratio).mean()
                         tel.store(
                             **{
                                 "train/policy_loss": pg_loss.detach(),
@@ -346,9 +356,12 @@ def train(cfg: Config, run: SeedRun) -> None:
                                 "train/grad_norm": grad_norm,
                             }
                         )
-                    if cfg.target_kl and mb_kl > 1.5 * cfg.target_kl:
-                        kl_stop = True
-                        break
+                    if cfg.target_kl:
+                        with torch.no_grad():
+                            mb_kl = ((ratio - 1) - logratio).mean()
+                        if mb_kl > 1.5 * cfg.target_kl:
+                            kl_stop = True
+                            break
                 if kl_stop:
                     break
 
@@ -362,7 +375,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                 tel.store_max(**{"train/approx_kl": ((logratio.exp() - 1) - logratio).mean()})
         if row and diag:
             with torch.no_grad():
-                theta = nn.utils.parameters_to_vector(params)
+                theta = flat.data
                 tel.log(
                     **{
                         "train/explained_var": explained_variance(b_val, b_ret),
