@@ -60,7 +60,7 @@ def test_precedence_defaults_preset_file_set(tmp_path):
     f.write_text("gamma: 0.97\nlr: 0.01\nenv:\n  reward_scale: 2\n")
     cfg = resolve("ppo", "Pendulum-v1", [0], None, load_config_file(f), {"lr": "0.02"})
     assert cfg.hp.gamma == 0.97 and cfg.hp.lr == 0.02 and cfg.env.reward_scale == 2.0
-    assert cfg.steps == 200_000 and cfg.preset == "Pendulum-v1"
+    assert cfg.steps == 300_000 and cfg.preset == "Pendulum-v1"
 
 
 def test_toml_config_and_bad_files(tmp_path):
