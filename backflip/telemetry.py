@@ -6,7 +6,9 @@ Two verbs, as in Spinning Up's logger:
     tel.dump(step)                         # when a row is due: reduce, write, clear
 
 `store` keeps tensors as they are; `dump` stacks each key once and converts once, so a hot loop
-never pays for `.item()`. Every row goes to two sinks:
+never pays for `.item()`. A key that gathers `REDUCE_AT` values before a row is due (a long
+`log_every`) is reduced to a running sum, count and maximum, so memory stays bounded: holding
+~40,000 small tensors until the end made PPO 25% slower. Every row goes to two sinks:
 
 - `metrics.csv`, a long table (`step, wall, name, value`) that tolerates metrics which appear
   only sometimes (evaluation) and is readable after a crash up to the last flushed row;
@@ -28,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+
+REDUCE_AT = 256  # values stored per key before they are folded into a running (sum, count, max)
 
 
 def _to_floats(values: list) -> np.ndarray:
@@ -75,6 +79,7 @@ class Telemetry:
         self.enabled = enabled
         self.on_row = on_row
         self._stored: dict[str, list] = collections.defaultdict(list)
+        self._partial: dict[str, list[float]] = {}  # key -> [sum, count, max] of folded values
         self._max_keys: set[str] = set()  # stored keys reduced by max, not mean
         self._scalars: dict[str, float] = {}
         self._timers: dict[str, float] = {}
@@ -114,7 +119,18 @@ class Telemetry:
         """Append values (floats or 0-d tensors); `dump` reports their mean."""
         if self.enabled:
             for k, v in values.items():
-                self._stored[k].append(v)
+                stored = self._stored[k]
+                stored.append(v)
+                if len(stored) >= REDUCE_AT:
+                    self._fold(k)
+
+    def _fold(self, key: str) -> None:
+        a = _to_floats(self._stored[key])
+        acc = self._partial.setdefault(key, [0.0, 0, -math.inf])
+        acc[0] += float(a.sum())
+        acc[1] += len(a)
+        acc[2] = max(acc[2], float(a.max()))
+        self._stored[key].clear()
 
     def store_max(self, **values) -> None:
         """As `store`, but `dump` reports the largest value (a spike must not be averaged away)."""
@@ -124,7 +140,7 @@ class Telemetry:
 
     def pending(self) -> bool:
         """Whether values were stored or set since the last row."""
-        return any(self._stored.values()) or bool(self._scalars)
+        return any(self._stored.values()) or bool(self._partial) or bool(self._scalars)
 
     def log(self, **values) -> None:
         """Set scalars for this row directly (last value wins)."""
@@ -162,6 +178,7 @@ class Telemetry:
             "wall_s": time.perf_counter() - self._t_start,
             # values stored since the last row (algorithms that write a row every few iterations)
             "stored": {k: list(v) for k, v in self._stored.items()},
+            "partial": {k: list(v) for k, v in self._partial.items()},
             "max_keys": sorted(self._max_keys),
             "scalars": dict(self._scalars),
         }
@@ -178,6 +195,7 @@ class Telemetry:
             self._t_start -= state.get("wall_s", 0.0)
             for k, values in state.get("stored", {}).items():
                 self._stored[k].extend(values)
+            self._partial.update({k: list(v) for k, v in state.get("partial", {}).items()})
             self._max_keys.update(state.get("max_keys", []))
             self._scalars.update(state.get("scalars", {}))
         self._step_last = step
@@ -200,10 +218,14 @@ class Telemetry:
         now = time.perf_counter()
         row: dict[str, float] = {}
         if self.enabled:
-            for k, vals in self._stored.items():
-                if vals:
-                    a = _to_floats(vals)
+            for k in [k for k, vals in self._stored.items() if vals]:
+                if k not in self._partial:  # the usual case: one row's values, reduced at once
+                    a = _to_floats(self._stored[k])
                     row[k] = float(a.max() if k in self._max_keys else a.mean())
+                else:
+                    self._fold(k)
+            for k, (total, count, largest) in self._partial.items():
+                row[k] = largest if k in self._max_keys else total / count
             row.update({k: float(v) for k, v in self._scalars.items()})
             if self.episodes:
                 rets = np.array([e[0] for e in self.episodes])
@@ -233,6 +255,7 @@ class Telemetry:
         self._cpu_last = cpu
         row["time/wall_s"] = now - self._t_start
         self._stored.clear()
+        self._partial.clear()
         self._scalars.clear()
         self._timers.clear()
         self._t_last, self._step_last = now, step

@@ -1,0 +1,63 @@
+"""Telemetry's reduction: stored values become one mean (or max) per row, written to both sinks."""
+
+import numpy as np
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from backflip.telemetry import REDUCE_AT, Telemetry, read_metrics
+
+
+def test_a_row_holds_the_mean_of_stored_values_and_the_max_of_max_keys(tmp_path):
+    tel = Telemetry(tmp_path)
+    for x in (1.0, 2.0, 6.0):
+        tel.store(loss=torch.tensor(x))
+        tel.store_max(kl=torch.tensor(x))
+    tel.log(lr=0.5)
+    row = tel.dump(100)
+    assert row["loss"] == 3.0 and row["kl"] == 6.0 and row["lr"] == 0.5
+    assert "loss" not in tel.dump(200)  # cleared by the row
+    tel.close()
+    csv = read_metrics(tmp_path / "metrics.csv")
+    assert csv["loss"][0].tolist() == [100] and csv["loss"][1].tolist() == [3.0]
+    tb = EventAccumulator(str(tmp_path / "tb"))
+    tb.Reload()
+    assert [(e.step, e.value) for e in tb.Scalars("kl")] == [(100, 6.0)]
+
+
+def test_many_values_before_a_row_are_folded_and_give_the_same_row(tmp_path):
+    """A `log_every` longer than the run must not hold every value until the end."""
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=3 * REDUCE_AT + 17).astype(np.float32)
+    tel = Telemetry(None)
+    for i, v in enumerate(values):
+        tel.store(loss=torch.tensor(v))
+        tel.store_max(kl=torch.tensor(v))
+        assert len(tel._stored["loss"]) < REDUCE_AT, i
+    row = tel.dump(1)
+    assert np.isclose(row["loss"], values.astype(np.float64).mean(), rtol=0, atol=1e-6)
+    assert row["kl"] == float(values.max())
+    assert "loss" not in tel.dump(2)  # folded values are cleared by the row too
+
+
+def test_values_stored_before_a_checkpoint_count_in_the_resumed_row():
+    values = np.arange(REDUCE_AT + 40, dtype=np.float32)
+    tel = Telemetry(None)
+    for v in values[:-20]:  # some folded, some still held
+        tel.store(loss=torch.tensor(v))
+        tel.store_max(kl=torch.tensor(v))
+    resumed = Telemetry(None)
+    resumed.restore(tel.state(), step=0)
+    assert resumed.pending()
+    for v in values[-20:]:
+        resumed.store(loss=torch.tensor(v))
+        resumed.store_max(kl=torch.tensor(v))
+    row = resumed.dump(1)
+    assert row["loss"] == values.mean() and row["kl"] == values.max()
+
+
+def test_disabled_telemetry_keeps_no_values():
+    tel = Telemetry(None, enabled=False)
+    tel.store(loss=torch.tensor(1.0))
+    tel.log(lr=1.0)
+    assert not tel.pending()
+    assert set(tel.dump(1)) == {"time/sps", "time/sps_cpu", "time/wall_s"}
