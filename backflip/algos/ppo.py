@@ -204,6 +204,9 @@ def train(cfg: Config, run: SeedRun) -> None:
         a = a.cpu().numpy()
         return a if ac.discrete else np.clip(a, low, high)
 
+    def normalize_adv(a: torch.Tensor) -> torch.Tensor:  # per minibatch
+        return (a - a.mean()) / (a.std() + 1e-8) if cfg.norm_adv and len(a) > 1 else a
+
     def state() -> dict:  # everything needed to continue training (backflip resume)
         return {
             "model": ac.state_dict(),
@@ -305,6 +308,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         )
         n = len(keep)
         n_mb = max(1, round(n / cfg.minibatch_size))
+        whole_adv = normalize_adv(b_adv) if n_mb == 1 else None  # the same for every epoch
 
         evaluate_now = run.eval_due(step)
         row = row_due or evaluate_now or it == iterations
@@ -324,10 +328,9 @@ def train(cfg: Config, run: SeedRun) -> None:
                     logp, entropy = ac.logp_entropy(out, b_act[mb])
                     logratio = logp - b_logp[mb]
                     ratio = logratio.exp()
-                    a = b_adv[mb]
-                    if cfg.norm_adv and len(a) > 1:
-                        a = (a - a.mean()) / (a.std() + 1e-8)
-                    pg_loss = -torch.min(a * ratio, a * ratio.clamp(1 - clip, 1 + clip)).mean()
+                    a = whole_adv if n_mb == 1 else normalize_adv(b_adv[mb])
+                    clipped = ratio.clamp(1 - clip, 1 + clip)
+                    pg_loss = -torch.min(a * ratio, a * clipped).mean()
                     if cfg.clip_vloss:
                         v_clipped = b_val[mb] + (value - b_val[mb]).clamp(-clip, clip)
                         v_loss = (
@@ -352,7 +355,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                                 "train/policy_loss": pg_loss.detach(),
                                 "train/value_loss": v_loss.detach(),
                                 "train/entropy": entropy.mean().detach(),
-                                "train/clip_frac": ((ratio - 1).abs() > clip).float().mean(),
+                                "train/clip_frac": (clipped != ratio).float().mean(),
                                 "train/grad_norm": grad_norm,
                             }
                         )
