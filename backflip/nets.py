@@ -217,6 +217,14 @@ class ActorCritic(nn.Module):
             return (mean, z.detach()), self.v.forward(h).squeeze(-1)
         return self.pi.forward(h), self.v.forward(h).squeeze(-1)
 
+    def policy(self, obs: torch.Tensor):
+        """The policy output of `forward` alone (diagnostics after an update need no value)."""
+        h = self.trunk.forward(obs)
+        if self.sde:
+            mean, z = self.pi.forward_features(h)
+            return mean, z.detach()
+        return self.pi.forward(h)
+
     def reset_noise(self, n: int) -> None:
         """gSDE: draw a fresh exploration matrix W ~ N(0, σ²) for each of `n` env copies."""
         if self.sde:

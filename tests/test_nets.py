@@ -164,6 +164,21 @@ def test_the_tanh_mlp_node_gives_autograds_gradients():
     assert not mlp([4, 8, 2], "relu")._all_tanh and not mlp([4, 2])._all_tanh
 
 
+def test_policy_alone_is_the_first_output_of_forward():
+    torch.manual_seed(0)
+    spaces = [gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,))]
+    nets = [(ActorCritic((5,), s, (16, 16), "tanh", 0.0), 5) for s in spaces] + [(sde_policy(), 3)]
+    for ac, obs_dim in nets:
+        x = torch.randn(32, obs_dim)
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                full, alone = ac(x)[0], ac.policy(x)
+            full, alone = (o if isinstance(o, tuple) else (o,) for o in (full, alone))
+            for a, b in zip(full, alone, strict=True):  # (gSDE: the mean and the features)
+                assert torch.equal(a, b)
+                assert a.requires_grad == b.requires_grad
+
+
 # --- gSDE -------------------------------------------------------------------------------------
 
 

@@ -53,7 +53,7 @@ def log_policy_health(tel, ac, obs, act, logp_old, theta0, max_entropy) -> None:
     """After an update of a `nets.ActorCritic`: KL(π_old ‖ π_new) on the batch (estimator
     mean((r−1) − log r), r = π_new/π_old, as PPO), the entropy normalized by log|A| (discrete) or
     the Gaussian std (Box), and the relative parameter change ‖θ − θ0‖ / ‖θ0‖."""
-    out, _ = ac(obs)
+    out = ac.policy(obs)
     logp, entropy = ac.logp_entropy(out, act)
     logratio = logp - logp_old
     theta = torch.nn.utils.parameters_to_vector(ac.parameters())

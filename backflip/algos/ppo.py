@@ -372,7 +372,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         # once per metrics row -------------------------------------------------------------
         if diag:
             with torch.no_grad():
-                out, _ = ac(b_obs)
+                out = ac.policy(b_obs)
                 logp_new, entropy = ac.logp_entropy(out, b_act)
                 logratio = logp_new - b_logp
                 tel.store_max(**{"train/approx_kl": ((logratio.exp() - 1) - logratio).mean()})

@@ -275,7 +275,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         if row and diag:
             theta0 = nn.utils.parameters_to_vector(ac.parameters()).detach().clone()
         with tel.timer("update"):
-            out, _ = ac(b_obs)
+            out = ac.policy(b_obs)
             logp, entropy = ac.logp_entropy(out, b_act)
             a = (b_adv - b_adv.mean()) / (b_adv.std() + 1e-8) if cfg.norm_adv and n > 1 else b_adv
             pg_loss = -(a * logp).mean() - cfg.ent_coef * entropy.mean()
