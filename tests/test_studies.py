@@ -22,8 +22,9 @@ def _flat(**sets):
 
 def test_auto_tries_a_third_and_three_times_or_the_neighbours():
     spec, flat = get_algo("ppo"), _flat()
-    assert parse_vary("lr=auto", spec, flat) == ("lr", [0.0003, 0.003], True)
-    assert parse_vary("epochs=auto", spec, flat)[1] == [6, 60]
+    # the CartPole preset: lr 5e-3 (a third, rounded to 1.5e-3, and 3x that), 6 epochs
+    assert parse_vary("lr=auto", spec, flat) == ("lr", [0.0015, 0.015], True)
+    assert parse_vary("epochs=auto", spec, flat)[1] == [2, 18]
     assert parse_vary("norm_adv=auto", spec, flat)[1] == [False]
     # a discount is scaled on its horizon 1/(1 - gamma): 1 - 0.02 * 0.3, 1 - 0.02 * 3
     assert parse_vary("gamma=auto", spec, flat)[1] == [0.994, 0.94]
@@ -44,13 +45,13 @@ def test_auto_tries_a_third_and_three_times_or_the_neighbours():
 
 def test_one_at_a_time_and_grid_variants():
     spec, flat = get_algo("ppo"), _flat()
-    varies = [parse_vary("lr=auto", spec, flat), parse_vary("epochs=10,20", spec, flat)]
+    varies = [parse_vary("lr=auto", spec, flat), parse_vary("epochs=6,20", spec, flat)]
     one = sweep_variants(varies, flat, grid=False)
-    assert [v["label"] for v in one] == ["lr=0.0003", "lr=0.003", "epochs=10"]  # 20 is default
+    assert [v["label"] for v in one] == ["lr=0.0015", "lr=0.015", "epochs=20"]  # 6 is default
     grid = sweep_variants(varies, flat, grid=True)
     # 3 lr values (auto keeps the default in a grid) x 2 epochs, minus the default itself
     assert len(grid) == 5 and all(v["key"] == "grid" for v in grid)
-    assert {"lr": 0.001, "epochs": 10} in [v["overrides"] for v in grid]
+    assert {"lr": 0.005, "epochs": 20} in [v["overrides"] for v in grid]
 
 
 def test_ablation_switches_map_to_settings_and_refuse_what_is_already_off():
@@ -103,18 +104,18 @@ def test_sweep_runs_the_default_and_each_value_with_the_same_seeds(cli, home):
         *TINY,
     ).stdout
     assert "sweep: 4 runs × 2 seeds of ppo on CartPole-v1" in out
-    for label in ("default", "lr=0.0003", "lr=0.003", "norm_adv=False"):
+    for label in ("default", "lr=0.0015", "lr=0.015", "norm_adv=False"):
         assert label in out
     assert "fewer than 5, intervals are not trustworthy" in out
     assert "fragile (worse than the default with confidence):" in out
     study_id = out.split("\n")[1].split()[1].rstrip(":")
     study = json.loads((home / "studies" / f"{study_id}.json").read_text())
     assert (home / "studies" / f"{study_id}.png").stat().st_size > 10_000
-    assert study["base"]["values"] == {"lr": 0.001, "norm_adv": True}
+    assert study["base"]["values"] == {"lr": 0.005, "norm_adv": True}
     runs = index.query(home, tag=f"sweep:{study_id}")
     assert len(runs) == 4 and all(r["n_seeds"] == 2 and r["status"] == "finished" for r in runs)
     configs = {r["id"]: json.loads(r["record"])["config"] for r in runs}
-    assert {c["hp"]["lr"] for c in configs.values()} == {0.001, 0.0003, 0.003}
+    assert {c["hp"]["lr"] for c in configs.values()} == {0.005, 0.0015, 0.015}
     assert all(c["seeds"] == [0, 1] for c in configs.values())  # common random numbers
 
 

@@ -138,9 +138,10 @@ class Config:
 
 
 PRESETS = {
-    # rl-zoo's entry; larger learning rates solve sooner on most seeds but not more reliably
-    # (docs/algorithms.md, "PPO")
-    "CartPole-v1": {"steps": 100_000},
+    # rl-zoo's entry with 6 epochs at lr 5e-3 instead of 20 at 1e-3: a greedy 475 in about half
+    # the wall-clock time (3.3x fewer gradient steps, a few more env steps), and a final return
+    # >= 475 on all of seeds 0-39 (benchmarks/ppo_cartpole_defaults.py; docs/algorithms.md)
+    "CartPole-v1": {"steps": 100_000, "epochs": 6, "lr": 5e-3},
     # Tuned here (no gSDE, unlike rl-zoo). 3e5 steps: at 2e5 seed 1 was still improving at the
     # end (-259); at 3e5 seeds 0-9 end between -119 and -219 (docs/algorithms.md, "PPO").
     "Pendulum-v1": {
