@@ -2,7 +2,8 @@
 
 "On" computes and writes every diagnostic (docs/metrics.md) to metrics.csv and TensorBoard;
 "off" (`--set telemetry=false`) skips the diagnostics and writes only steps/s and episodes.
-Runs alternate on/off in fresh processes; reports wall and CPU seconds and the overhead.
+Runs alternate on/off in fresh processes, one seed per pair; reports wall and CPU seconds, the
+overhead, and a t-interval on the mean per-pair difference (run-to-run noise here is ~±5%).
 
     python benchmarks/telemetry_overhead.py [--pairs 3] [--steps 100000]
 """
@@ -18,6 +19,7 @@ import tempfile
 import time
 
 import numpy as np
+from scipy import stats
 
 
 def one(telemetry: bool, seed: int, steps: int) -> dict:
@@ -88,8 +90,14 @@ def main():
             f"{np.mean(c):.2f} | {res[mode][0]['metric_values']:,} |"
         )
     for key in ("wall_s", "cpu_s"):
-        on, off = (np.mean([r[key] for r in res[m]]) for m in ("on", "off"))
-        print(f"overhead ({key[:-2]}): {100 * (on / off - 1):+.1f}%")
+        on, off = (np.array([r[key] for r in res[m]]) for m in ("on", "off"))
+        # runs of one pair share a seed, so the pair differences carry less noise than the runs
+        d = on - off
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0
+        print(
+            f"overhead ({key[:-2]}): {100 * (on.mean() / off.mean() - 1):+.1f}% "
+            f"(per pair {d.mean():+.2f} s, 95% CI {d.mean() - half:+.2f} to {d.mean() + half:+.2f} s)"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ def test_a_row_holds_the_mean_of_stored_values_and_the_max_of_max_keys(tmp_path)
     tel.log(lr=0.5)
     row = tel.dump(100)
     assert row["loss"] == 3.0 and row["kl"] == 6.0 and row["lr"] == 0.5
+    tb = EventAccumulator(str(tmp_path / "tb"))
+    tb.Reload()  # each row reaches the OS as it is written, before close
+    assert [(e.step, e.value) for e in tb.Scalars("loss")] == [(100, 3.0)]
     assert "loss" not in tel.dump(200)  # cleared by the row
     tel.close()
     csv = read_metrics(tmp_path / "metrics.csv")
