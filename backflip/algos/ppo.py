@@ -22,8 +22,9 @@ entropy, clip fraction and gradient norm are averaged over every minibatch since
 KL after the update is computed every iteration and the row keeps its maximum (a blow-up can
 last one iteration); the other diagnostics that need an extra pass (explained variance, update
 size, value, advantage, observation and reward statistics) describe the iteration that closes
-the row. Computing all of them on every iteration cost ~10% of the wall time at these settings;
-this way, ~4%.
+the row. Computing all of them on every iteration cost ~10% of the wall time with rl-zoo's settings;
+this way, 4-6.5% there, and ~10% of the 2.5x shorter run of the CartPole preset
+(docs/benchmarks.md, "What logging everything costs").
 
 Speed (docs/benchmarks.md): a gradient step on CartPole is ~100 small kernels, so what counts is
 how many there are. The networks' tanh is NumPy's, each network one autograd node (`nets.MLP`);
