@@ -110,7 +110,7 @@ def test_diff_of_a_rerun_finds_nothing_and_metrics_that_never_part(lab):
 def test_diff_names_the_changed_setting_and_where_metrics_part(lab):
     home, a, b, _ = lab
     out = _cli(home, "diff", a, b).stdout
-    assert "hp.epochs: 1 -> 20" in out and "env.obs_shift: 1.0 -> 0.0" in out
+    assert "hp.epochs: 1 -> 6" in out and "env.obs_shift: 1.0 -> 0.0" in out
     report = json.loads(_cli(home, "diff", a, b, "--json").stdout)
     first = {m["metric"]: m["first_step"] for m in report["metrics"]}
     # what the agent sees differs from the first metrics row (PPO writes one every 1,000 steps:
