@@ -64,3 +64,53 @@ def test_disabled_telemetry_keeps_no_values():
     tel.log(lr=1.0)
     assert not tel.pending()
     assert set(tel.dump(1)) == {"time/sps", "time/sps_cpu", "time/wall_s"}
+
+
+def test_event_records_are_the_bytes_tensorboards_own_writer_writes(tmp_path):
+    """EventFile frames records itself (the CRC in C); they must be TensorBoard's, byte for byte."""
+    import io
+
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    from backflip.telemetry import EventFile
+
+    events = [
+        Event(wall_time=1.5, file_version="brain.Event:2"),
+        Event(
+            wall_time=2.25,
+            step=7,
+            summary=Summary(
+                value=[Summary.Value(tag=f"train/x{i}", simple_value=i / 3) for i in range(50)]
+            ),
+        ),
+    ]
+    theirs = io.BytesIO()
+    for e in events:
+        RecordWriter(theirs).write(e.SerializeToString())
+    ours = EventFile(tmp_path)
+    ours._file.seek(0)
+    ours._file.truncate()
+    for e in events:
+        ours.add(e)
+    ours.close()
+    (path,) = tmp_path.glob("events.out.tfevents.*")
+    assert path.read_bytes() == theirs.getvalue()
+
+
+def test_tensors_of_several_keys_dtypes_and_shapes_and_floats_reduce_in_one_row():
+    """`dump` converts every tensor of a row in one stack; the fallback handles mixed kinds."""
+    tel = Telemetry(None)
+    for x in (1.0, 2.0):
+        tel.store(
+            a=torch.tensor(x),
+            b=torch.tensor([x * 10], dtype=torch.float64),  # shape (1,), another dtype
+            c=x + 100,  # a plain float
+        )
+        tel.store_max(d=torch.tensor(-x))
+    tel.log(e=torch.tensor(0.25), f=2, g=torch.tensor(7, dtype=torch.int64))  # logged tensors too
+    row = tel.dump(1)
+    assert (row["a"], row["b"], row["c"], row["d"]) == (1.5, 15.0, 101.5, -1.0)
+    assert (row["e"], row["f"], row["g"]) == (0.25, 2.0, 7.0)
+    assert all(type(v) is float for v in row.values())

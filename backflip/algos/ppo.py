@@ -379,42 +379,34 @@ def train(cfg: Config, run: SeedRun) -> None:
                 logratio = logp_new - b_logp
                 tel.store_max(**{"train/approx_kl": ((logratio.exp() - 1) - logratio).mean()})
         if row and diag:
-            with torch.no_grad():
-                theta = flat.data
+            with torch.no_grad():  # tensors: telemetry converts them all at once, with the row
                 tel.log(
                     **{
                         "train/explained_var": explained_variance(b_val, b_ret),
-                        "train/update_ratio": float((theta - theta0).norm() / theta0.norm()),
+                        "train/update_ratio": (flat.data - theta0).norm() / theta0.norm(),
                         "train/lr": lr,
                         "train/clip_range": clip,
                         "train/epochs": epochs_done,
-                        "rollout/value_mean": float(b_val.mean()),
-                        "rollout/value_std": float(b_val.std()),
-                        "rollout/adv_mean": float(b_adv.mean()),
-                        "rollout/adv_std": float(b_adv.std()),
-                        "rollout/return_target_mean": float(b_ret.mean()),
-                        "rollout/return_target_absmax": float(b_ret.abs().max()),
+                        "rollout/value_mean": b_val.mean(),
+                        "rollout/value_std": b_val.std(),
+                        "rollout/adv_mean": b_adv.mean(),
+                        "rollout/adv_std": b_adv.std(),
+                        "rollout/return_target_mean": b_ret.mean(),
+                        "rollout/return_target_absmax": b_ret.abs().max(),
                     }
                 )
                 if ac.discrete:
-                    tel.log(**{"train/entropy_norm": float(entropy.mean()) / max_entropy})
+                    tel.log(**{"train/entropy_norm": entropy.mean() / max_entropy})
                 else:
-                    tel.log(**{"train/policy_std": float(ac.std(out).mean())})
+                    tel.log(**{"train/policy_std": ac.std(out).mean()})
                 if keep_raw:
                     log_obs_stats(tel, raw_obs[valid_np])
                 tel.log_stats("env/reward", raw_rew[valid_np])
                 if rew_scaler:
                     tel.log(**{"env/reward_scale": rew_scaler.scale})
                 if not ac.discrete:
-                    tel.log(
-                        **{
-                            "env/action_clip_frac": float(
-                                ((b_act < torch.as_tensor(low)) | (b_act > torch.as_tensor(high)))
-                                .float()
-                                .mean()
-                            )
-                        }
-                    )
+                    outside = (b_act < torch.as_tensor(low)) | (b_act > torch.as_tensor(high))
+                    tel.log(**{"env/action_clip_frac": outside.float().mean()})
 
         if evaluate_now:
             run.evaluate(step, agent.act)
