@@ -327,6 +327,8 @@ class Telemetry:
         self._t_last, self._step_last = now, step
         self.last_row_step = step
         self._write(step, row)
+        # what reducing and writing this row cost, reported in the next row (docs/metrics.md)
+        self._timers["time/log_s"] = time.perf_counter() - now
         self.last_row = row
         if self.on_row is not None:
             self.on_row(step, row)

@@ -3,9 +3,17 @@
 "On" computes and writes every diagnostic (docs/metrics.md) to metrics.csv and TensorBoard;
 "off" (`--set telemetry=false`) skips the diagnostics and writes only steps/s and episodes.
 Runs alternate on/off in fresh processes, one seed per pair; reports wall and CPU seconds, the
-overhead, and a t-interval on the mean per-pair difference (run-to-run noise here is ~±5%).
+overhead, and a t-interval on the mean per-pair difference (run-to-run noise: ~±5% on a quiet
+machine, ~±15% on a busy host), and the direct cost the on-runs timed themselves
+(`time/diagnostics_s` + `time/log_s`), which that noise does not blur.
 
-    python benchmarks/telemetry_overhead.py [--pairs 3] [--steps 100000]
+`--instructions` counts instead: each mode runs under valgrind (cachegrind, no cache simulation,
+~60x slower), once for `--steps` and once for one 256-step iteration, and the difference is the
+training loop's instruction count. It is the same on every run (it does not see other processes
+on the machine), so it measures the work logging adds when wall time is too noisy to; it does
+not see what that work costs in cache misses.
+
+    python benchmarks/telemetry_overhead.py [--pairs 3] [--steps 100000] [--instructions]
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +38,7 @@ def one(telemetry: bool, seed: int, steps: int) -> dict:
     from backflip.algos import get_algo
     from backflip.config import resolve
     from backflip.seedrun import SeedRun
+    from backflip.telemetry import read_metrics
 
     torch.set_num_threads(1)
     # the first optimizer imports torch._dynamo (1-2 s, paid once per process, and by
@@ -43,7 +54,47 @@ def one(telemetry: bool, seed: int, steps: int) -> dict:
         run.close()
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         rows = sum(1 for _ in open(os.path.join(tmp, "metrics.csv"))) - 1
-    return {"wall_s": wall, "cpu_s": cpu, "metric_values": rows}
+        # the run's own account of its logging (docs/metrics.md): zero with telemetry off
+        metrics = read_metrics(os.path.join(tmp, "metrics.csv"))
+        timed = {k: float(metrics[k][1].sum()) if k in metrics else 0.0 for k in TIMED}
+    return {"wall_s": wall, "cpu_s": cpu, "metric_values": rows, **timed}
+
+
+TIMED = ("time/diagnostics_s", "time/log_s")  # what the run itself timed of its logging
+
+
+VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+
+
+def instructions(mode: str, steps: int) -> int:
+    """Instructions executed by one `--one` run under valgrind (deterministic for a seed)."""
+    out = subprocess.run(
+        [*VALGRIND, sys.executable, __file__, "--one", mode, "--steps", str(steps)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONHASHSEED="0"),
+    )
+    return int(re.search(r"I\s+refs:\s+([\d,]+)", out.stderr).group(1).replace(",", ""))
+
+
+def count_instructions(steps: int) -> None:
+    if shutil.which("valgrind") is None:
+        sys.exit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    print(
+        f"# telemetry overhead in instructions, PPO CartPole-v1, {steps:,} steps, seed 0 — "
+        f"{time.strftime('%Y-%m-%d %H:%M')} (valgrind: several minutes)"
+    )
+    loop = {}
+    for mode in ("off", "on"):
+        full, first = instructions(mode, steps), instructions(mode, 256)
+        loop[mode] = full - first
+        print(
+            f"telemetry {mode}: {full:,} instructions, {first:,} for one iteration, "
+            f"{loop[mode]:,} in the loop after it",
+            flush=True,
+        )
+    print(f"overhead (instructions in the loop): {100 * (loop['on'] / loop['off'] - 1):+.2f}%")
 
 
 def main():
@@ -52,9 +103,13 @@ def main():
     p.add_argument("--steps", type=int, default=100_000)
     p.add_argument("--one", choices=["on", "off"], help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--instructions", action="store_true", help="count instructions (valgrind)")
     args = p.parse_args()
     if args.one:
         print(json.dumps(one(args.one == "on", args.seed, args.steps)))
+        return
+    if args.instructions:
+        count_instructions(args.steps)
         return
     print(
         f"# telemetry overhead, PPO CartPole-v1, {args.steps:,} steps — "
@@ -89,6 +144,15 @@ def main():
             f"| telemetry {mode} | {np.mean(w):.2f} ({', '.join(f'{x:.1f}' for x in w)}) | "
             f"{np.mean(c):.2f} | {res[mode][0]['metric_values']:,} |"
         )
+    on = res["on"]
+    direct = [sum(r[k] for k in TIMED) for r in on]
+    share = np.mean([d / r["wall_s"] for d, r in zip(direct, on, strict=True)])
+    print(
+        f"direct cost, timed inside the on-runs: {np.mean(direct):.2f} s per run = "
+        f"{100 * share:.1f}% of their wall time ("
+        + ", ".join(f"{k} {np.mean([r[k] for r in on]):.2f} s" for k in TIMED)
+        + ")"
+    )
     for key in ("wall_s", "cpu_s"):
         on, off = (np.array([r[key] for r in res[m]]) for m in ("on", "off"))
         # runs of one pair share a seed, so the pair differences carry less noise than the runs

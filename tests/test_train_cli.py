@@ -287,6 +287,11 @@ def test_tensorboard_event_files_match_the_metrics_table(cli, home):
     series = read_metrics(folder / "metrics.csv")
     tags = set(acc.Tags()["scalars"])
     assert {"train/approx_kl", "rollout/ep_return_mean", "time/sps", "eval/return_mean"} <= tags
+    # what logging costs is itself logged: diagnostics every row, the writing one row late
+    assert {"time/diagnostics_s", "time/log_s"} <= tags
+    assert all(
+        e.value > 0 for tag in ("time/diagnostics_s", "time/log_s") for e in acc.Scalars(tag)
+    )
     for tag in ("train/approx_kl", "train/value_loss", "eval/return_mean"):
         tb = [(e.step, e.value) for e in acc.Scalars(tag)]
         steps, values = series[tag]

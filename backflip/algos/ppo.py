@@ -351,16 +351,17 @@ def train(cfg: Config, run: SeedRun) -> None:
                     # the norm before clipping; max_norm=inf only measures it
                     grad_norm = flat.clip_grad_norm_(cfg.max_grad_norm or math.inf)
                     opt.step()
-                    with torch.no_grad():
-                        tel.store(
-                            **{
-                                "train/policy_loss": pg_loss.detach(),
-                                "train/value_loss": v_loss.detach(),
-                                "train/entropy": entropy.mean().detach(),
-                                "train/clip_frac": (clipped != ratio).float().mean(),
-                                "train/grad_norm": grad_norm,
-                            }
-                        )
+                    if diag:
+                        with tel.timer("diagnostics"), torch.no_grad():
+                            tel.store(
+                                **{
+                                    "train/policy_loss": pg_loss.detach(),
+                                    "train/value_loss": v_loss.detach(),
+                                    "train/entropy": entropy.mean().detach(),
+                                    "train/clip_frac": (clipped != ratio).float().mean(),
+                                    "train/grad_norm": grad_norm,
+                                }
+                            )
                     if cfg.target_kl:
                         with torch.no_grad():
                             mb_kl = ((ratio - 1) - logratio).mean()
@@ -373,40 +374,39 @@ def train(cfg: Config, run: SeedRun) -> None:
         # -- diagnostics: KL after every update (a blow-up can last one iteration), the rest
         # once per metrics row -------------------------------------------------------------
         if diag:
-            with torch.no_grad():
+            with tel.timer("diagnostics"), torch.no_grad():  # (what logging costs: docs/metrics.md)
                 out = ac.policy(b_obs)
                 logp_new, entropy = ac.logp_entropy(out, b_act)
                 logratio = logp_new - b_logp
                 tel.store_max(**{"train/approx_kl": ((logratio.exp() - 1) - logratio).mean()})
-        if row and diag:
-            with torch.no_grad():  # tensors: telemetry converts them all at once, with the row
-                tel.log(
-                    **{
-                        "train/explained_var": explained_variance(b_val, b_ret),
-                        "train/update_ratio": (flat.data - theta0).norm() / theta0.norm(),
-                        "train/lr": lr,
-                        "train/clip_range": clip,
-                        "train/epochs": epochs_done,
-                        "rollout/value_mean": b_val.mean(),
-                        "rollout/value_std": b_val.std(),
-                        "rollout/adv_mean": b_adv.mean(),
-                        "rollout/adv_std": b_adv.std(),
-                        "rollout/return_target_mean": b_ret.mean(),
-                        "rollout/return_target_absmax": b_ret.abs().max(),
-                    }
-                )
-                if ac.discrete:
-                    tel.log(**{"train/entropy_norm": entropy.mean() / max_entropy})
-                else:
-                    tel.log(**{"train/policy_std": ac.std(out).mean()})
-                if keep_raw:
-                    log_obs_stats(tel, raw_obs[valid_np])
-                tel.log_stats("env/reward", raw_rew[valid_np])
-                if rew_scaler:
-                    tel.log(**{"env/reward_scale": rew_scaler.scale})
-                if not ac.discrete:
-                    outside = (b_act < torch.as_tensor(low)) | (b_act > torch.as_tensor(high))
-                    tel.log(**{"env/action_clip_frac": outside.float().mean()})
+                if row:  # tensors: telemetry converts them all at once, with the row
+                    tel.log(
+                        **{
+                            "train/explained_var": explained_variance(b_val, b_ret),
+                            "train/update_ratio": (flat.data - theta0).norm() / theta0.norm(),
+                            "train/lr": lr,
+                            "train/clip_range": clip,
+                            "train/epochs": epochs_done,
+                            "rollout/value_mean": b_val.mean(),
+                            "rollout/value_std": b_val.std(),
+                            "rollout/adv_mean": b_adv.mean(),
+                            "rollout/adv_std": b_adv.std(),
+                            "rollout/return_target_mean": b_ret.mean(),
+                            "rollout/return_target_absmax": b_ret.abs().max(),
+                        }
+                    )
+                    if ac.discrete:
+                        tel.log(**{"train/entropy_norm": entropy.mean() / max_entropy})
+                    else:
+                        tel.log(**{"train/policy_std": ac.std(out).mean()})
+                    if keep_raw:
+                        log_obs_stats(tel, raw_obs[valid_np])
+                    tel.log_stats("env/reward", raw_rew[valid_np])
+                    if rew_scaler:
+                        tel.log(**{"env/reward_scale": rew_scaler.scale})
+                    if not ac.discrete:
+                        outside = (b_act < torch.as_tensor(low)) | (b_act > torch.as_tensor(high))
+                        tel.log(**{"env/action_clip_frac": outside.float().mean()})
 
         if evaluate_now:
             run.evaluate(step, agent.act)
