@@ -17,8 +17,9 @@ free. A step's bootstrap value is therefore always `values[t + 1]`, multiplied b
 The reset step itself is not a real transition and is masked out of the loss (`valid`).
 
 Metrics rows: one every `log_every` env steps (a run option, default 1,000: every fourth
-iteration with the CartPole defaults' 256-step rollouts), at evaluations and at the end. Losses,
-entropy, clip fraction and gradient norm are averaged over every minibatch since the last row;
+iteration with the CartPole defaults' 256-step rollouts), at evaluations and at the end. Losses
+and gradient norm are averaged over every minibatch since the last row, entropy and clip fraction
+over the samples of every minibatch of an update (reduced once, after it) and then over updates;
 KL after the update is computed every iteration and the row keeps its maximum (a blow-up can
 last one iteration); the other diagnostics that need an extra pass (explained variance, update
 size, value, advantage, observation and reward statistics) describe the iteration that closes
@@ -318,6 +319,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         # -- update -------------------------------------------------------------------------
         theta0 = flat.data.clone() if row and diag else None  # (the buffer's padding is 0)
         epochs_done = 0
+        mb_ratio, mb_entropy = [], []  # diagnostics: reduced once after the update, not per step
         with tel.timer("update"):
             for _ in range(cfg.epochs):
                 epochs_done += 1
@@ -352,16 +354,16 @@ def train(cfg: Config, run: SeedRun) -> None:
                     grad_norm = flat.clip_grad_norm_(cfg.max_grad_norm or math.inf)
                     opt.step()
                     if diag:
-                        with tel.timer("diagnostics"), torch.no_grad():
+                        with tel.timer("diagnostics"):
                             tel.store(
                                 **{
                                     "train/policy_loss": pg_loss.detach(),
                                     "train/value_loss": v_loss.detach(),
-                                    "train/entropy": entropy.mean().detach(),
-                                    "train/clip_frac": (clipped != ratio).float().mean(),
                                     "train/grad_norm": grad_norm,
                                 }
                             )
+                            mb_ratio.append(ratio.detach())
+                            mb_entropy.append(entropy.detach())
                     if cfg.target_kl:
                         with torch.no_grad():
                             mb_kl = ((ratio - 1) - logratio).mean()
@@ -375,6 +377,15 @@ def train(cfg: Config, run: SeedRun) -> None:
         # once per metrics row -------------------------------------------------------------
         if diag:
             with tel.timer("diagnostics"), torch.no_grad():  # (what logging costs: docs/metrics.md)
+                r = torch.cat(
+                    mb_ratio
+                )  # every minibatch of this update: clipped where the clamp bit
+                tel.store(
+                    **{
+                        "train/clip_frac": ((r < 1 - clip) | (r > 1 + clip)).float().mean(),
+                        "train/entropy": torch.cat(mb_entropy).mean(),
+                    }
+                )
                 out = ac.policy(b_obs)
                 logp_new, entropy = ac.logp_entropy(out, b_act)
                 logratio = logp_new - b_logp
