@@ -2,10 +2,12 @@
 
 "On" computes and writes every diagnostic (docs/metrics.md) to metrics.csv and TensorBoard;
 "off" (`--set telemetry=false`) skips the diagnostics and writes only steps/s and episodes.
-Runs alternate on/off in fresh processes, one seed per pair; reports wall and CPU seconds, the
-overhead, and a t-interval on the mean per-pair difference (run-to-run noise: ~±5% on a quiet
-machine, ~±15% on a busy host), and the direct cost the on-runs timed themselves
-(`time/diagnostics_s` + `time/log_s`), which that noise does not blur.
+Runs alternate on/off in fresh processes, one seed per pair; reports wall and CPU seconds (mean,
+median, fastest), the seconds each mode spent in rollouts and updates, the overhead with a
+t-interval on the mean per-pair difference (run-to-run noise: ~±5% on a quiet machine, ~±15% on
+a busy host), the median per-pair difference with a distribution-free interval (a slow spell of
+the host that hits one run moves the mean, not the median), and the direct cost the on-runs
+timed themselves (`time/diagnostics_s` + `time/log_s`), which that noise does not blur.
 
 `--instructions` counts instead: each mode runs under valgrind (cachegrind, no cache simulation,
 ~60x slower), once for `--steps` and once for one 256-step iteration, and the difference is the
@@ -13,7 +15,7 @@ training loop's instruction count. It is the same on every run (it does not see 
 on the machine), so it measures the work logging adds when wall time is too noisy to; it does
 not see what that work costs in cache misses.
 
-    python benchmarks/telemetry_overhead.py [--pairs 3] [--steps 100000] [--instructions]
+    python benchmarks/telemetry_overhead.py [--pairs 10] [--steps 100000] [--instructions]
 """
 
 from __future__ import annotations
@@ -56,11 +58,12 @@ def one(telemetry: bool, seed: int, steps: int) -> dict:
         rows = sum(1 for _ in open(os.path.join(tmp, "metrics.csv"))) - 1
         # the run's own account of its logging (docs/metrics.md): zero with telemetry off
         metrics = read_metrics(os.path.join(tmp, "metrics.csv"))
-        timed = {k: float(metrics[k][1].sum()) if k in metrics else 0.0 for k in TIMED}
+        timed = {k: float(metrics[k][1].sum()) if k in metrics else 0.0 for k in TIMED + PHASES}
     return {"wall_s": wall, "cpu_s": cpu, "metric_values": rows, **timed}
 
 
 TIMED = ("time/diagnostics_s", "time/log_s")  # what the run itself timed of its logging
+PHASES = ("time/rollout_s", "time/update_s")  # where a slow run lost its time
 
 
 VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
@@ -99,7 +102,7 @@ def count_instructions(steps: int) -> None:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--pairs", type=int, default=10)
     p.add_argument("--steps", type=int, default=100_000)
     p.add_argument("--one", choices=["on", "off"], help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -135,14 +138,19 @@ def main():
                 env=dict(os.environ, OMP_NUM_THREADS="1"),
             )
             res[mode].append(json.loads(out.stdout.splitlines()[-1]))
-    print("| mode | wall s (per run) | CPU s (per run) | metric values written |")
-    print("|---|---|---|---|")
+    print(
+        "| mode | wall s: mean (per run) | median | fastest | CPU s | rollout s | update s "
+        "| metric values written |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for mode in ("off", "on"):
         w = [r["wall_s"] for r in res[mode]]
         c = [r["cpu_s"] for r in res[mode]]
         print(
             f"| telemetry {mode} | {np.mean(w):.2f} ({', '.join(f'{x:.1f}' for x in w)}) | "
-            f"{np.mean(c):.2f} | {res[mode][0]['metric_values']:,} |"
+            f"{np.median(w):.2f} | {min(w):.2f} | {np.mean(c):.2f} | "
+            + " | ".join(f"{np.mean([r[k] for r in res[mode]]):.2f}" for k in PHASES)
+            + f" | {res[mode][0]['metric_values']:,} |"
         )
     on = res["on"]
     direct = [sum(r[k] for k in TIMED) for r in on]
@@ -162,6 +170,27 @@ def main():
             f"overhead ({key[:-2]}): {100 * (on.mean() / off.mean() - 1):+.1f}% "
             f"(per pair {d.mean():+.2f} s, 95% CI {d.mean() - half:+.2f} to {d.mean() + half:+.2f} s)"
         )
+    # A slow spell of the host hits single runs by +20-50% and drags the mean with it; the
+    # median pair difference ignores such spells, and its interval assumes nothing about their
+    # shape (order statistics of the differences, the sign test's confidence interval).
+    on, off = (np.array([r["wall_s"] for r in res[m]]) for m in ("on", "off"))
+    d = np.sort(on - off)
+    lo, hi = median_ci(d)
+    print(
+        f"overhead (wall, median pair): {100 * np.median(d) / np.median(off):+.1f}% "
+        f"(per pair {np.median(d):+.2f} s, 95% CI {lo:+.2f} to {hi:+.2f} s = "
+        f"{100 * lo / np.median(off):+.1f}% to {100 * hi / np.median(off):+.1f}%); "
+        f"fastest runs: {100 * (on.min() / off.min() - 1):+.1f}%"
+    )
+
+
+def median_ci(d: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval on the median of sorted d: the order statistics k, n-1-k
+    with the largest k such that P(Binomial(n, 1/2) < k+1) <= (1-level)/2."""
+    n = len(d)
+    k = int(stats.binom.ppf((1 - level) / 2, n, 0.5))
+    k = max(k - 1, 0) if stats.binom.cdf(k, n, 0.5) > (1 - level) / 2 else k
+    return float(d[k]), float(d[n - 1 - k])
 
 
 if __name__ == "__main__":
