@@ -36,6 +36,7 @@ import google_crc32c
 import numpy as np
 import psutil
 
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0  # /proc/self/statm's unit
 REDUCE_AT = 256  # values stored per key before they are folded into a running (sum, count, max)
 
 
@@ -59,6 +60,14 @@ def _to_floats(lists: list[list]) -> list[np.ndarray]:
         next(chunks) if hasattr(values[0], "detach") else np.asarray(values, np.float64)
         for values in lists
     ]
+
+
+def _open_statm() -> int | None:
+    """A descriptor on this process's /proc/self/statm (Linux), or None: see `Telemetry.rss`."""
+    try:
+        return os.open("/proc/self/statm", os.O_RDONLY) if PAGE_SIZE else None
+    except OSError:
+        return None
 
 
 def _masked_crc(data: bytes) -> int:
@@ -141,6 +150,7 @@ class Telemetry:
         self._max_keys: set[str] = set()  # stored keys reduced by max, not mean
         self._scalars: dict[str, float] = {}
         self._timers: dict[str, float] = {}
+        self._statm, self._statm_pid = _open_statm(), os.getpid()  # see `rss`
         self._proc = psutil.Process()
         self._t_start = self._t_last = time.perf_counter()
         self._cpu_last = time.process_time()
@@ -188,6 +198,15 @@ class Telemetry:
         acc[1] += len(a)
         acc[2] = max(acc[2], float(a.max()))
         self._stored[key].clear()
+
+    def extend(self, **values) -> None:
+        """`store` a sequence of values per key at once."""
+        if self.enabled:
+            for k, v in values.items():
+                stored = self._stored[k]
+                stored.extend(v)
+                if len(stored) >= REDUCE_AT:
+                    self._fold(k)
 
     def store_max(self, **values) -> None:
         """As `store`, but `dump` reports the largest value (a spike must not be averaged away)."""
@@ -309,7 +328,7 @@ class Telemetry:
                     }
                 )
             row.update(self._timers)
-            row["sys/rss_mb"] = self._proc.memory_info().rss / 2**20
+            row["sys/rss_mb"] = self.rss() / 2**20
             row["sys/load_avg"] = os.getloadavg()[0]
         dt = now - self._t_last
         row["time/sps"] = (step - self._step_last) / dt if dt > 0 else 0.0
@@ -366,7 +385,18 @@ class Telemetry:
             self._tb.flush()
         self._last_flush = time.monotonic()
 
+    def rss(self) -> int:
+        """This process's resident set size in bytes: on Linux one `pread` of /proc/self/statm
+        (~1 µs; psutil's ~9 µs grew to ~100 µs between two PPO rows, 0.2% of the run), psutil
+        elsewhere or in a forked child (the descriptor would read its parent)."""
+        if self._statm is not None and os.getpid() == self._statm_pid:
+            return int(os.pread(self._statm, 64, 0).split()[1]) * PAGE_SIZE
+        return self._proc.memory_info().rss
+
     def close(self) -> None:
+        if self._statm is not None:
+            os.close(self._statm)
+            self._statm = None
         if self._csv is None:
             return
         self.flush()

@@ -319,7 +319,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         # -- update -------------------------------------------------------------------------
         theta0 = flat.data.clone() if row and diag else None  # (the buffer's padding is 0)
         epochs_done = 0
-        mb_ratio, mb_entropy = [], []  # diagnostics: reduced once after the update, not per step
+        mb_stats, mb_ratio, mb_entropy = [], [], []  # diagnostics, kept through the update
         with tel.timer("update"):
             for _ in range(cfg.epochs):
                 epochs_done += 1
@@ -353,17 +353,10 @@ def train(cfg: Config, run: SeedRun) -> None:
                     # the norm before clipping; max_norm=inf only measures it
                     grad_norm = flat.clip_grad_norm_(cfg.max_grad_norm or math.inf)
                     opt.step()
-                    if diag:
-                        with tel.timer("diagnostics"):
-                            tel.store(
-                                **{
-                                    "train/policy_loss": pg_loss.detach(),
-                                    "train/value_loss": v_loss.detach(),
-                                    "train/grad_norm": grad_norm,
-                                }
-                            )
-                            mb_ratio.append(ratio.detach())
-                            mb_entropy.append(entropy.detach())
+                    if diag:  # (list appends only; stored and reduced after the update)
+                        mb_stats.append((pg_loss.detach(), v_loss.detach(), grad_norm))
+                        mb_ratio.append(ratio.detach())
+                        mb_entropy.append(entropy.detach())
                     if cfg.target_kl:
                         with torch.no_grad():
                             mb_kl = ((ratio - 1) - logratio).mean()
@@ -377,13 +370,17 @@ def train(cfg: Config, run: SeedRun) -> None:
         # once per metrics row -------------------------------------------------------------
         if diag:
             with tel.timer("diagnostics"), torch.no_grad():  # (what logging costs: docs/metrics.md)
-                r = torch.cat(
-                    mb_ratio
-                )  # every minibatch of this update: clipped where the clamp bit
+                pg, vl, gn = zip(*mb_stats, strict=True)  # per minibatch
+                tel.extend(
+                    **{"train/policy_loss": pg, "train/value_loss": vl, "train/grad_norm": gn}
+                )
+                # over the samples of every minibatch of this update: clipped where the clamp bit
+                r = mb_ratio[0] if len(mb_ratio) == 1 else torch.cat(mb_ratio)
+                ent = mb_entropy[0] if len(mb_entropy) == 1 else torch.cat(mb_entropy)
                 tel.store(
                     **{
                         "train/clip_frac": ((r < 1 - clip) | (r > 1 + clip)).float().mean(),
-                        "train/entropy": torch.cat(mb_entropy).mean(),
+                        "train/entropy": ent.mean(),
                     }
                 )
                 out = ac.policy(b_obs)
