@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -149,7 +150,7 @@ def main():
         print(
             f"| telemetry {mode} | {np.mean(w):.2f} ({', '.join(f'{x:.1f}' for x in w)}) | "
             f"{np.median(w):.2f} | {min(w):.2f} | {np.mean(c):.2f} | "
-            + " | ".join(f"{np.mean([r[k] for r in res[mode]]):.2f}" for k in PHASES)
+            + " | ".join(phase_s([r[k] for r in res[mode]]) for k in PHASES)
             + f" | {res[mode][0]['metric_values']:,} |"
         )
     on = res["on"]
@@ -165,7 +166,11 @@ def main():
         on, off = (np.array([r[key] for r in res[m]]) for m in ("on", "off"))
         # runs of one pair share a seed, so the pair differences carry less noise than the runs
         d = on - off
-        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0
+        half = (
+            stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+            if len(d) > 1
+            else np.nan
+        )
         print(
             f"overhead ({key[:-2]}): {100 * (on.mean() / off.mean() - 1):+.1f}% "
             f"(per pair {d.mean():+.2f} s, 95% CI {d.mean() - half:+.2f} to {d.mean() + half:+.2f} s)"
@@ -184,10 +189,18 @@ def main():
     )
 
 
+def phase_s(seconds: list[float]) -> str:
+    """Mean seconds in a phase; "–" with telemetry off, which does not time its phases."""
+    return f"{np.mean(seconds):.2f}" if any(seconds) else "–"
+
+
 def median_ci(d: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """Distribution-free interval on the median of sorted d: the order statistics k, n-1-k
-    with the largest k such that P(Binomial(n, 1/2) < k+1) <= (1-level)/2."""
+    with the largest k such that P(Binomial(n, 1/2) < k+1) <= (1-level)/2; NaN when even the
+    extremes do not reach `level` (95%: fewer than 6 pairs)."""
     n = len(d)
+    if stats.binom.cdf(0, n, 0.5) > (1 - level) / 2:
+        return math.nan, math.nan
     k = int(stats.binom.ppf((1 - level) / 2, n, 0.5))
     k = max(k - 1, 0) if stats.binom.cdf(k, n, 0.5) > (1 - level) / 2 else k
     return float(d[k]), float(d[n - 1 - k])
