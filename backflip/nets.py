@@ -422,6 +422,37 @@ class FlatParams:
     def zero_grad(self) -> None:
         self.grad.zero_()
 
+    def adam_step(self, opt: torch.optim.Adam) -> None:
+        """`opt.step()` for a fused Adam over `[self.param]`, without torch.optim's Python
+        around the kernel: the same two kernels (step count + 1, then `_fused_adam_`) on the
+        same state, so bit-identical (tested), 9 us instead of 38 here. PPO takes ~8,000 steps
+        per 1e5 env steps with rl-zoo's CartPole settings. The first step (which creates the
+        state) and any other configuration go through `opt.step()`."""
+        g = opt.param_groups[0]
+        st = opt.state.get(self.param)
+        plain = not (g.get("amsgrad") or g.get("differentiable") or g.get("capturable"))
+        if not (type(opt) is torch.optim.Adam and st and g.get("fused") and plain):
+            opt.step()
+            return
+        st["step"].add_(1)
+        torch._fused_adam_(
+            [self.param],
+            [self.grad],
+            [st["exp_avg"]],
+            [st["exp_avg_sq"]],
+            [],
+            [st["step"]],
+            amsgrad=False,
+            lr=g["lr"],
+            beta1=g["betas"][0],
+            beta2=g["betas"][1],
+            weight_decay=g["weight_decay"],
+            eps=g["eps"],
+            maximize=g["maximize"],
+            grad_scale=None,
+            found_inf=None,
+        )
+
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """`nn.utils.clip_grad_norm_(params, max_norm)`: returns the global gradient norm and
         multiplies the gradients by min(1, max_norm / (norm + 1e-6)). The norm is one kernel

@@ -55,6 +55,30 @@ def test_flat_updates_equal_torchs_per_tensor_updates(optimizer, max_norm):
     assert flat.data.count_nonzero() == sum(int(q.count_nonzero()) for q in p)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_adam_step_is_opt_step_bit_for_bit(fused):
+    # PPO's `flat.adam_step(opt)` skips torch.optim's wrapper; the learning curves must not move
+    def make():
+        torch.manual_seed(0)
+        flat = FlatParams(list(ActorCritic((4,), gym.spaces.Discrete(2), (64, 64)).parameters()))
+        return flat, torch.optim.Adam([flat.param], lr=3e-3, eps=1e-5, fused=fused)
+
+    (flat_ref, opt_ref), (flat, opt) = make(), make()
+    g = torch.Generator().manual_seed(1)
+    for i in range(30):
+        grad = torch.randn(flat.grad.shape, generator=g)
+        for f, o in ((flat_ref, opt_ref), (flat, opt)):
+            f.grad.copy_(grad)
+            o.param_groups[0]["lr"] = 3e-3 * (1 - i / 40)  # annealed, as PPO does
+        opt_ref.step()
+        flat.adam_step(opt)
+        assert torch.equal(flat.data, flat_ref.data)
+    ref, got = opt_ref.state_dict(), opt.state_dict()  # checkpoints: the same state
+    assert ref["param_groups"] == got["param_groups"]
+    assert all(torch.equal(ref["state"][0][k], got["state"][0][k]) for k in ref["state"][0])
+    assert got["state"][0]["step"] == 30
+
+
 def test_an_optimizer_state_saved_per_tensor_resumes_on_the_flat_buffer():
     # checkpoints written before PPO and A2C's Adam moved to the buffer still resume
     torch.manual_seed(0)

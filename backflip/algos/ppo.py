@@ -23,14 +23,15 @@ over the samples of every minibatch of an update (reduced once, after it) and th
 KL after the update is computed every iteration and the row keeps its maximum (a blow-up can
 last one iteration); the other diagnostics that need an extra pass (explained variance, update
 size, value, advantage, observation and reward statistics) describe the iteration that closes
-the row. Computing all of them on every iteration cost ~10% of the wall time with rl-zoo's settings;
-this way, 4-6.5% there, and ~10% of the 2.5x shorter run of the CartPole preset
-(docs/benchmarks.md, "What logging everything costs").
+the row. Computing all of them on every iteration cost ~10% of the wall time with rl-zoo's
+settings; this way, with the CartPole preset, ~3.5% (docs/benchmarks.md, "What logging
+everything costs").
 
 Speed (docs/benchmarks.md): a gradient step on CartPole is ~100 small kernels, so what counts is
 how many there are. The networks' tanh is NumPy's, each network one autograd node (`nets.MLP`);
 parameters, gradients and Adam's state live in one buffer (`nets.FlatParams`), so zeroing,
-clipping and the Adam step are one kernel each; a rollout that fits in one minibatch is not
+clipping and the Adam step are one kernel each (the Adam step called without torch.optim's
+Python wrapper, ~0.1 ms of a ~1 ms gradient step); a rollout that fits in one minibatch is not
 shuffled (the loss is a mean over it); the entropy term leaves the graph when its weight is 0.
 """
 
@@ -352,7 +353,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                     loss.backward()
                     # the norm before clipping; max_norm=inf only measures it
                     grad_norm = flat.clip_grad_norm_(cfg.max_grad_norm or math.inf)
-                    opt.step()
+                    flat.adam_step(opt)  # opt.step(), less its Python wrapper
                     if diag:  # (list appends only; stored and reduced after the update)
                         mb_stats.append((pg_loss.detach(), v_loss.detach(), grad_norm))
                         mb_ratio.append(ratio.detach())
