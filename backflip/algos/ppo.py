@@ -370,7 +370,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         # -- diagnostics: KL after every update (a blow-up can last one iteration), the rest
         # once per metrics row -------------------------------------------------------------
         if diag:
-            with tel.timer("diagnostics"), torch.no_grad():  # (what logging costs: docs/metrics.md)
+            with tel.timer("diagnostics"), torch.inference_mode():  # (cost: metrics.md)
                 pg, vl, gn = zip(*mb_stats, strict=True)  # per minibatch
                 tel.extend(
                     **{"train/policy_loss": pg, "train/value_loss": vl, "train/grad_norm": gn}
