@@ -19,6 +19,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -27,6 +28,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from backflip.runs.archive import now_iso, read_json, seed_dir, write_json
+from backflip.summary import status_text
 
 PROGRESS_EVERY_S = 0.5
 BACKENDS = ("local", "ray")
@@ -91,6 +93,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         "seed": job.seed,
         "status": "running",
         "pid": os.getpid(),
+        "host": socket.gethostname(),  # whether `pid` can be checked from here (the label page)
         "started": now_iso(),
         "steps": 0,
     }
@@ -124,11 +127,28 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         print(f"[doctor] {message}", file=sys.stderr, flush=True)
         send("warning", job.seed, message)
 
+    detail_keys: set[str] = set()
+
+    def on_status(state, detail):  # e.g. a preference run waiting for its person
+        for key in detail_keys - detail.keys() - {"steps"}:
+            status.pop(key, None)
+        detail_keys.clear()
+        detail_keys.update(detail)
+        status.update(detail, status=state)
+        write_json(folder / "status.json", status)
+        send("status", job.seed, status_text(status))
+
     try:
         cfg = TrainConfig.from_dict(job.config)
         spec = get_algo(cfg.algo)
         run = SeedRun(
-            cfg, job.seed, folder, on_row=on_row, on_warning=on_warning, append=job.append
+            cfg,
+            job.seed,
+            folder,
+            on_row=on_row,
+            on_warning=on_warning,
+            append=job.append,
+            on_status=on_status,
         )
         if cfg.doctor.live:
             from backflip.doctor.live import LiveDoctor
@@ -179,6 +199,8 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
             if "eval_return" in run.result:
                 status["final_eval_return"] = run.result["eval_return"]
                 status["final_eval_returns"] = run.result["eval_returns"]
+        for key in detail_keys - {"steps"}:  # what the seed was waiting for is over
+            status.pop(key, None)
         status["wall_s"] = time.perf_counter() - t0
         # this process's CPU time (a forked seed starts from zero), for compute accounting
         t = os.times()
@@ -248,6 +270,7 @@ class Display:
             for j in jobs
         ]
         self.enabled = enabled
+        self.states: dict[int, str] = {}  # job -> its last status word (plain output)
 
     def __enter__(self):
         self.progress.__enter__()
@@ -261,6 +284,12 @@ class Display:
         kind = msg[0]
         if kind == "progress":
             self.update(i, step=msg[2], sps=msg[3], ret=msg[4])
+        elif kind == "status":
+            self.update(i, status=msg[2])
+            state = msg[2].split()[0]
+            if not self.live and state != self.states.get(i, "running"):  # plain: on changes
+                self.print(f"{self._name(i)}: {msg[2]}")
+            self.states[i] = state
         elif kind == "warning":
             self.print(f"{self._name(i)}: warning: {msg[2]}")
 
@@ -398,7 +427,7 @@ def final_status(job: SeedJob, exitcode: int | None, why: str | None = None) -> 
         status = read_json(path)
     except Exception:  # noqa: BLE001
         status = {"seed": job.seed}
-    if status.get("status") in (None, "running"):
+    if status.get("status") in (None, "running", "waiting"):
         if why:
             status["error"] = why
         elif exitcode is not None and exitcode < 0:

@@ -1,7 +1,7 @@
 """`SeedRun`: everything an algorithm's training loop sees of the outside world.
 
-An algorithm's `train(cfg, run)` reads its budget and environment from `run`, writes metrics
-through `run.tel`, and at each iteration boundary calls
+An algorithm's `train(cfg, run)` reads its budget and environment from `run`, makes its training
+envs with `run.make_vec(n)`, writes metrics through `run.tel`, and at each iteration boundary calls
 
     run.log(step)                       # one metrics row; live checks; progress
     if run.eval_due(step): run.evaluate(step, act)
@@ -84,6 +84,7 @@ class SeedRun:
         on_row: Callable[[int, dict], None] | None = None,
         on_warning: Callable[[str], None] | None = None,
         append: bool = False,
+        on_status: Callable[[str, dict], None] | None = None,
     ):
         self.cfg, self.seed = cfg, seed
         self.env_id, self.env_opts, self.steps = cfg.env_id, cfg.env, cfg.steps
@@ -94,7 +95,10 @@ class SeedRun:
         self.stopping = False  # set by a signal, or by reaching `target_return`
         self.solved = False
         self.result: dict = {}
-        self._on_row, self._on_warning = on_row, on_warning
+        self._on_row, self._on_warning, self._on_status = on_row, on_warning, on_status
+        # Wrappers put on every *training* vector env this seed makes (`make_vec`), never on the
+        # evaluation envs: how a preference run has any algorithm train on a learned reward.
+        self.vec_wrappers: list[Callable] = []
         self._warned: set[str] = set()
         self.tel = Telemetry(
             self.out_dir, enabled=cfg.run.telemetry, on_row=self._row, append=append
@@ -122,6 +126,21 @@ class SeedRun:
     def env_seed(self) -> int:
         """Seed of the first training env copy; copy i gets env_seed + i (evaluation: + 500)."""
         return self.seed * 1000
+
+    def make_vec(self, num_envs: int):
+        """The algorithm's training envs: `num_envs` copies of the run's env (NEXT_STEP
+        autoreset, `backflip.envs.make_vec`), wrapped by `vec_wrappers` in order."""
+        envs = make_vec(self.env_id, num_envs, self.env_opts)
+        for wrap in self.vec_wrappers:
+            envs = wrap(envs)
+        return envs
+
+    def set_status(self, status: str, **detail) -> None:
+        """Tell the launcher (status.json, progress line, UI) what the seed is doing when that is
+        not plain training: `set_status("waiting", labels_needed=3)` while a preference run waits
+        for its labeler, `set_status("running")` when it goes on."""
+        if self._on_status is not None:
+            self._on_status(status, detail)
 
     # -- per-iteration -----------------------------------------------------------------------
 

@@ -72,11 +72,32 @@ def reproduce_command(record: dict) -> str:
     return shlex.join(parts)
 
 
+def status_text(st: dict) -> str:
+    """A seed's status in a few words: 'running', 'waiting for 3 labels', 'finished'."""
+    if st.get("status") == "waiting" and st.get("labels_needed") is not None:
+        n = st["labels_needed"]
+        return f"waiting for {n} label{'s' * (n != 1)}"
+    return str(st.get("status", "?"))
+
+
+def run_state(record: dict) -> str:
+    """A run's status for listings: 'running', or 'waiting: seed 0 needs 3 labels' while a
+    preference run's seeds wait for their person, else the recorded status."""
+    from backflip.runs.archive import waiting_seeds
+
+    waiting = waiting_seeds(record)
+    if not waiting:
+        return str(record.get("status"))
+    return "waiting: " + "; ".join(
+        f"seed {s['seed']} {status_text(s).replace('waiting for', 'needs')}" for s in waiting
+    )
+
+
 def seed_table_rows(seeds: list[dict]) -> list[list[str]]:
     return [
         [
             str(s.get("seed")),
-            s.get("status", "?"),
+            status_text(s),
             fmt(s.get("final_eval_return")),
             f"{s.get('steps', 0) or 0:,}",
             fmt(s.get("sps"), 0),
@@ -91,7 +112,7 @@ def run_summary(record: dict) -> str:
     """The closing summary of `backflip train` and the head of `backflip show`."""
     cfg = record.get("config", {})
     lines = [
-        f"run {record['id']} {record.get('status')} in {duration(record.get('duration_s'))} — "
+        f"run {record['id']} {run_state(record)} in {duration(record.get('duration_s'))} — "
         f"{record.get('algo')} on {record.get('env')}, {len(cfg.get('seeds', []))} seed(s) × "
         f"{cfg.get('steps', 0):,} steps",
     ]

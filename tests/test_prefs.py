@@ -257,8 +257,9 @@ def test_fixed_horizon_cartpole_replaces_termination_by_a_penalty():
 
 
 def test_learned_reward_wraps_training_envs_only():
-    from backflip.envs import TRAINING_VEC_WRAPPERS
+    from backflip.config import resolve
     from backflip.prefs.wrapper import LearnedReward
+    from backflip.seedrun import SeedRun
 
     class Const:
         calls = 0
@@ -272,17 +273,16 @@ def test_learned_reward_wraps_training_envs_only():
         def on_step(self, *args):
             Const.calls += 1
 
-    wrap = lambda env: LearnedReward(env, Const())  # noqa: E731
-    TRAINING_VEC_WRAPPERS.append(wrap)
-    try:
-        train = make_vec("CartPole-v1", 2)
-        evaluation = make_vec("CartPole-v1", 2, evaluation=True)
-    finally:
-        TRAINING_VEC_WRAPPERS.remove(wrap)
-    train.reset(seed=0)
-    evaluation.reset(seed=0)
+    run = SeedRun(resolve("ppo", "CartPole-v1", [0], 1000), 0)
+    run.vec_wrappers.append(lambda env: LearnedReward(env, Const()))
+    train = run.make_vec(2)  # what an algorithm trains on, through the seam
+    evaluation = make_vec("CartPole-v1", 2, evaluation=True)  # what `run.evaluate` uses
+    plain = SeedRun(resolve("ppo", "CartPole-v1", [0], 1000), 0).make_vec(2)  # another seed
+    for envs in (train, evaluation, plain):
+        envs.reset(seed=0)
     assert list(train.step(np.array([0, 1]))[1]) == [7.0, 7.0]
     assert list(evaluation.step(np.array([0, 1]))[1]) == [1.0, 1.0]
+    assert list(plain.step(np.array([0, 1]))[1]) == [1.0, 1.0]
     assert Const.calls == 1
 
 

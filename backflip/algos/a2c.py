@@ -39,7 +39,7 @@ from backflip.algos.common import (
     log_policy_health,
     log_rollout_health,
 )
-from backflip.envs import make_vec, restore_envs, snapshot_envs
+from backflip.envs import restore_envs, snapshot_envs
 from backflip.nets import FlatParams
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
@@ -157,7 +157,7 @@ def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
     diag = tel.enabled
-    envs = make_vec(run.env_id, cfg.num_envs, run.env_opts)
+    envs = run.make_vec(cfg.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     N, T = cfg.num_envs, cfg.num_steps
     ac = build_actor_critic(cfg, obs_space, act_space)

@@ -25,7 +25,7 @@ import torch
 
 from backflip.algos.common import Agent
 from backflip.config import TrainConfig
-from backflip.envs import make_vec, restore_envs, snapshot_envs
+from backflip.envs import restore_envs, snapshot_envs
 from backflip.nets import ACTIVATIONS
 from backflip.seedrun import SeedRun
 
@@ -121,7 +121,7 @@ def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
 def train(cfg: Config, run: SeedRun) -> None:
     tel = run.tel
     P, K = cfg.population, cfg.episodes
-    envs = make_vec(run.env_id, P * K, run.env_opts)
+    envs = run.make_vec(P * K)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     if len(obs_space.shape) != 1:
         from backflip.errors import UserError

@@ -57,7 +57,6 @@ from torch.nn import functional as F
 from backflip.algos.common import Agent, log_recent_env_stats
 from backflip.buffers import ReplayBuffer
 from backflip.config import TrainConfig
-from backflip.envs import make_vec
 from backflip.nets import encoder, frozen_copy, mlp, polyak_update
 from backflip.seedrun import SeedRun
 
@@ -190,7 +189,7 @@ def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
     diag = tel.enabled
-    envs = make_vec(run.env_id, 1, run.env_opts)
+    envs = run.make_vec(1)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     q = QNetwork(obs_space.shape, act_space.n, cfg).to(device)
     q_target = frozen_copy(q)

@@ -55,7 +55,7 @@ from backflip.algos.common import (
     log_obs_stats,
     obs_dtype,
 )
-from backflip.envs import make_vec, restore_envs, snapshot_envs
+from backflip.envs import restore_envs, snapshot_envs
 from backflip.nets import FlatParams
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
@@ -186,7 +186,7 @@ def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
     diag = tel.enabled  # diagnostics beyond the losses cost a little; skip them when logging is off
-    envs = make_vec(run.env_id, cfg.num_envs, run.env_opts)
+    envs = run.make_vec(cfg.num_envs)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     N, T = cfg.num_envs, cfg.num_steps
     ac = build_actor_critic(cfg, obs_space, act_space)

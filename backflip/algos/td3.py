@@ -32,7 +32,6 @@ from torch import nn
 from backflip.algos.common import Agent, EpisodeStats, log_recent_env_stats
 from backflip.buffers import ReplayBuffer
 from backflip.config import TrainConfig
-from backflip.envs import make_vec
 from backflip.nets import QCritics, frozen_copy, grad_norm, mlp, polyak_update, to_bounds
 from backflip.seedrun import SeedRun
 
@@ -148,7 +147,7 @@ def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
     diag = tel.enabled
-    envs = make_vec(run.env_id, 1, run.env_opts)
+    envs = run.make_vec(1)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     obs_dim, act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
     low, high = act_space.low, act_space.high

@@ -102,6 +102,24 @@ def build(args, home):
     return cfg, pcfg
 
 
+def ask_task(pcfg, interactive: bool) -> None:
+    """A person labels this run: make sure the page can tell them what "better" means."""
+    from backflip.errors import UserError
+
+    if pcfg.labeler != "human" or pcfg.task.strip() or pcfg.stage not in ("full", "gather"):
+        return
+    if interactive:
+        pcfg.task = input(
+            "A person will label this run. What makes a clip better? One line, shown on the "
+            "labeling page (e.g. 'move the dot to the centre'): "
+        ).strip()
+    if not pcfg.task:
+        raise UserError(
+            "a person labels this run: say what makes a clip better, "
+            "e.g. --set prefs.task='move the dot to the centre' (shown on the labeling page)"
+        )
+
+
 def run(args) -> int:
     from backflip.commands.train import execute, list_keys
     from backflip.config import describe
@@ -118,6 +136,17 @@ def run(args) -> int:
         for name, tp, _default, doc in describe(type(pcfg)):
             print(f"  prefs.{name} = {getattr(pcfg, name)!r}  ({tp}) {doc}")
         return 0
+    ask_task(pcfg, sys.stdin.isatty() and not args.json)
+
+    def where_to_label(run_dir):
+        if pcfg.labeler == "human":
+            print(
+                f"a person labels this run: open the page with `backflip label {run_dir.name}` "
+                "(or `backflip ui`, Label); the seeds wait for the answers",
+                file=sys.stderr,
+                flush=True,
+            )
+
     return execute(
         cfg,
         home,
@@ -128,4 +157,5 @@ def run(args) -> int:
         tags=["prefs", *args.tag],
         as_json=args.json,
         extra={"prefs": pcfg.to_dict()},
+        on_created=where_to_label,
     )

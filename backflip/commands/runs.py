@@ -28,8 +28,8 @@ def run(args) -> int:
     from rich.table import Table
 
     from backflip.runs import index
-    from backflip.runs.archive import home_dir
-    from backflip.summary import duration, fmt
+    from backflip.runs.archive import home_dir, load_run
+    from backflip.summary import duration, fmt, run_state
 
     home = home_dir(args.home)
     if args.reindex:
@@ -44,6 +44,9 @@ def run(args) -> int:
         tag=args.tag,
         limit=args.limit,
     )
+    for r in rows:  # a running preference run may be waiting for its person: say so
+        if r["status"] == "running" and (home / r["id"] / "run.json").exists():
+            r["status"] = run_state(load_run(home / r["id"]))
     if args.json:
         for r in rows:
             r.pop("record", None)

@@ -134,10 +134,12 @@ def execute(
     address=None,
     surprise=None,
     ask=True,
+    on_created=None,
 ) -> int:
     """Validate, launch, summarize: shared by `train`, `rerun` and `prefs train`.
 
-    `extra`: more config sections to store with the run (`prefs`)."""
+    `extra`: more config sections to store with the run (`prefs`); `on_created(run_dir)` runs
+    once the run exists, after its id is printed."""
     from backflip.algos import get_algo
     from backflip.config import check_device
     from backflip.envs import AtariProtocolWarning, check_supported
@@ -173,6 +175,8 @@ def execute(
             file=sys.stderr if as_json else sys.stdout,  # --json: stdout is the JSON alone
             flush=True,
         )
+        if on_created is not None:
+            on_created(run_dir)
 
     record = launch_run(
         cfg,

@@ -164,13 +164,6 @@ def make_env(
     return env
 
 
-# Wrappers applied to every *training* vector env made in this process (evaluation envs,
-# `evaluation=True`, never see them). The preference pipeline installs one that replaces the
-# env's reward with the learned one (`backflip.prefs.wrapper`), which is how any algorithm
-# trains on a learned reward without knowing about it. Each seed is its own process.
-TRAINING_VEC_WRAPPERS: list = []
-
-
 def make_vec(
     env_id: str, num_envs: int, opts: EnvOptions | None = None, evaluation: bool = False
 ) -> gym.vector.VectorEnv:
@@ -193,9 +186,6 @@ def make_vec(
             ],
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
         )
-    if not evaluation:
-        for wrap in TRAINING_VEC_WRAPPERS:
-            env = wrap(env)
     return env
 
 

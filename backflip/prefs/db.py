@@ -1,11 +1,23 @@
-"""The preference database: segments, queries and labels in one SQLite file per seed.
+"""The preference database: segments, queries, answers and labels in one SQLite file per seed.
 
     seeds/<seed>/prefs.sqlite
-      meta(key, value)        env id, observation/action shapes, segment length, label target
+      meta(key, value)        env id, shapes, segment length, label target, the task statement,
+                              the reward model's latest validation accuracy, whether (and by
+                              whom) labeling was ended early
       segments(id, ...)       a clip of experience: observations, actions, true rewards (blobs)
-      queries(id, left, right, status, label, ...)
-                              a pair of segments shown to a labeler; status pending, labeled or
-                              skipped ("can't tell"); label 1 = left better, 0 = right, 0.5 = equal
+      queries(id, left, right, status, label, needs, ...)
+                              a pair of segments shown to labelers; status pending, labeled or
+                              skipped ("can't tell"); label in [0, 1]: 1 = left better, 0 = right,
+                              0.5 = equal; `needs` people must answer it (1, or 2 for a query
+                              shared between two people)
+      answers(query, person, choice, shown_at, answered_at)
+                              each person's answer, with when the pair was shown and answered
+
+**From answers to a label** (`combine`): once a query has `needs` answers, "can't tell" answers
+are dropped and the label is the mean of the rest (left = 1, equal = 0.5, right = 0), the share
+of people who preferred the left clip: the label distribution μ of Christiano et al. (2017).
+Two people who agree give their answer; left against right gives 0.5, as if both had said
+"equal"; left and "can't tell" gives left. When every answer is "can't tell" the query is skipped.
 
 Durability: WAL journal with `synchronous=FULL`, and every write is its own committed transaction
 before the call returns, so a label that a labeler was told about survives a crash of either the
@@ -45,15 +57,41 @@ CREATE TABLE IF NOT EXISTS queries (
     created REAL NOT NULL,
     selection TEXT NOT NULL,
     status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'labeled', 'skipped')),
-    label REAL CHECK (label IN (0.0, 0.5, 1.0)),
+    label REAL CHECK (label >= 0.0 AND label <= 1.0),
     labeler TEXT,
     labeled_at REAL,
-    origin TEXT
+    origin TEXT,
+    needs INTEGER NOT NULL DEFAULT 1
+);
+"""
+# created after the migration of an older `queries` table (see `PreferenceDB._migrate`)
+ANSWERS = """
+CREATE TABLE IF NOT EXISTS answers (
+    id INTEGER PRIMARY KEY,
+    query INTEGER NOT NULL REFERENCES queries(id),
+    person TEXT NOT NULL,
+    choice TEXT NOT NULL CHECK (choice IN ('left', 'right', 'equal', 'skip')),
+    shown_at REAL,
+    answered_at REAL NOT NULL,
+    UNIQUE (query, person)
 );
 CREATE INDEX IF NOT EXISTS queries_status ON queries (status, id);
+CREATE INDEX IF NOT EXISTS answers_person ON answers (person, answered_at);
 """
+QUERY_COLUMNS = (
+    "id, left, right, step, created, selection, status, label, labeler, labeled_at, origin"
+)
 
 LABELS = {"left": 1.0, "right": 0.0, "equal": 0.5}
+CHOICES = (*LABELS, "skip")
+
+
+def combine(choices: list[str]) -> tuple[str, float | None]:
+    """(status, label) of a query from its people's answers (the rule in the module docstring)."""
+    values = [LABELS[c] for c in choices if c != "skip"]
+    if not values:
+        return "skipped", None
+    return "labeled", float(np.mean(values))
 
 
 @dataclass
@@ -91,9 +129,26 @@ class PreferenceDB:
         self.conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=FULL")  # a commit is on disk when it returns
-        self.conn.execute("PRAGMA foreign_keys=ON")
         with self._lock, self.conn:
             self.conn.executescript(SCHEMA)
+            self._migrate()
+            self.conn.executescript(ANSWERS)
+        self.conn.execute("PRAGMA foreign_keys=ON")
+
+    def _migrate(self) -> None:
+        """Bring a database written before answers were kept per person up to this schema: its
+        `queries` table allowed only hard labels and had no `needs` column."""
+        (sql,) = self.conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'queries'"
+        ).fetchone()
+        if "needs" in sql:
+            return
+        self.conn.execute("ALTER TABLE queries RENAME TO queries_v1")
+        self.conn.execute(SCHEMA[SCHEMA.index("CREATE TABLE IF NOT EXISTS queries") :])
+        self.conn.execute(
+            f"INSERT INTO queries ({QUERY_COLUMNS}) SELECT {QUERY_COLUMNS} FROM queries_v1"
+        )
+        self.conn.execute("DROP TABLE queries_v1")
 
     def close(self) -> None:
         with self._lock:
@@ -138,8 +193,10 @@ class PreferenceDB:
         label: float | None = None,
         labeler: str | None = None,
         origin: str | None = None,
+        needs: int = 1,
     ) -> int:
-        """Store a pair (and its segments, if new) as a query; with `label`, already answered.
+        """Store a pair (and its segments, if new) as a query; with `label`, already answered
+        (by `labeler`, e.g. the synthetic oracle); without, it waits for `needs` people.
 
         Returns the query id once the transaction is committed.
         """
@@ -150,7 +207,7 @@ class PreferenceDB:
             now = time.time()
             cur = self.conn.execute(
                 "INSERT INTO queries (left, right, step, created, selection, status, label, "
-                "labeler, labeled_at, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "labeler, labeled_at, origin, needs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     left.id,
                     right.id,
@@ -162,43 +219,71 @@ class PreferenceDB:
                     labeler,
                     None if label is None else now,
                     origin,
+                    int(needs),
                 ),
             )
             return int(cur.lastrowid)
 
-    def answer(self, query_id: int, choice: str, labeler: str = "human") -> None:
-        """Record the labeler's answer: left, right, equal, or skip ("can't tell").
+    def answer(
+        self, query_id: int, choice: str, person: str = "human", shown_at: float | None = None
+    ) -> str:
+        """Record `person`'s answer to a query: left, right, equal, or skip ("can't tell"), with
+        when the pair was shown to them. When the query has as many answers as it `needs`, they
+        become its label (`combine`). Committed before returning; the query's status after it.
 
-        Committed before returning. Answering a query that is no longer pending is refused.
+        Refused (KeyError, with the reason) for an unknown query, one that is no longer pending,
+        or one this person has answered already.
         """
-        if choice not in (*LABELS, "skip"):
+        if choice not in CHOICES:
             raise ValueError(f"choice must be left, right, equal or skip, got {choice!r}")
-        status, label = ("skipped", None) if choice == "skip" else ("labeled", LABELS[choice])
-        with self._lock, self.conn:
-            cur = self.conn.execute(
-                "UPDATE queries SET status = ?, label = ?, labeler = ?, labeled_at = ? "
-                "WHERE id = ? AND status = 'pending'",
-                (status, label, labeler, time.time(), int(query_id)),
-            )
-            if cur.rowcount != 1:
-                raise KeyError(f"query {query_id} is not pending")
-
-    def undo(self, labeler: str = "human") -> int | None:
-        """Make the most recent answer of `labeler` pending again; its query id (None if none)."""
+        now = time.time()
         with self._lock, self.conn:
             row = self.conn.execute(
-                "SELECT id FROM queries WHERE labeler = ? AND status != 'pending' "
-                "ORDER BY labeled_at DESC, id DESC LIMIT 1",
-                (labeler,),
+                "SELECT status, needs FROM queries WHERE id = ?", (int(query_id),)
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"no query {query_id}")
+            if row[0] != "pending":
+                raise KeyError(f"query {query_id} is not pending (already answered)")
+            try:
+                self.conn.execute(
+                    "INSERT INTO answers (query, person, choice, shown_at, answered_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (int(query_id), person, choice, shown_at, now),
+                )
+            except sqlite3.IntegrityError:
+                raise KeyError(f"{person} has already answered query {query_id}") from None
+            answers = self.conn.execute(
+                "SELECT choice, person FROM answers WHERE query = ? ORDER BY id", (int(query_id),)
+            ).fetchall()
+            if len(answers) < row[1]:
+                return "pending"
+            status, label = combine([c for c, _ in answers])
+            self.conn.execute(
+                "UPDATE queries SET status = ?, label = ?, labeler = ?, labeled_at = ? "
+                "WHERE id = ?",
+                (status, label, "+".join(p for _, p in answers), now, int(query_id)),
+            )
+            return status
+
+    def undo(self, person: str = "human") -> int | None:
+        """Take back `person`'s most recent answer; its query is pending again (and its label,
+        if that answer completed it, is gone). The query id, or None when there is none."""
+        with self._lock, self.conn:
+            row = self.conn.execute(
+                "SELECT id, query FROM answers WHERE person = ? "
+                "ORDER BY answered_at DESC, id DESC LIMIT 1",
+                (person,),
             ).fetchone()
             if row is None:
                 return None
+            self.conn.execute("DELETE FROM answers WHERE id = ?", (row[0],))
             self.conn.execute(
                 "UPDATE queries SET status = 'pending', label = NULL, labeler = NULL, "
                 "labeled_at = NULL WHERE id = ?",
-                row,
+                (row[1],),
             )
-            return int(row[0])
+            return int(row[1])
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -217,6 +302,31 @@ class PreferenceDB:
                 "SELECT id, left, right FROM queries WHERE status = 'pending' ORDER BY id LIMIT ?",
                 (limit,),
             ).fetchall()
+
+    def next_queries(self, person: str, limit: int = 20) -> list[tuple[int, int, int]]:
+        """(query id, left, right) of pending queries that `person` has not answered yet, oldest
+        first."""
+        with self._lock:
+            return self.conn.execute(
+                "SELECT id, left, right FROM queries q WHERE status = 'pending' AND NOT EXISTS "
+                "(SELECT 1 FROM answers a WHERE a.query = q.id AND a.person = ?) "
+                "ORDER BY id LIMIT ?",
+                (person, limit),
+            ).fetchall()
+
+    def answers(self) -> list[dict]:
+        """Every person's answers with the true returns of the two segments (for agreement,
+        latency and label-rate statistics: `backflip.prefs.people`), oldest first."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT a.query, a.person, a.choice, a.shown_at, a.answered_at, "
+                "l.true_return, r.true_return FROM answers a "
+                "JOIN queries q ON q.id = a.query "
+                "JOIN segments l ON l.id = q.left JOIN segments r ON r.id = q.right "
+                "ORDER BY a.answered_at, a.id"
+            ).fetchall()
+        keys = ("query", "person", "choice", "shown_at", "answered_at", "left_true", "right_true")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def segment(self, seg_id: int) -> Segment:
         with self._lock:
@@ -246,6 +356,13 @@ class PreferenceDB:
                 "SELECT MAX(labeled_at) FROM queries WHERE status != 'pending'"
             ).fetchone()
         return row[0]
+
+    def answered(self) -> int:
+        """Queries labeled or skipped (one query whatever the number of people it needed)."""
+        with self._lock:
+            return self.conn.execute(
+                "SELECT COUNT(*) FROM queries WHERE status != 'pending'"
+            ).fetchone()[0]
 
     def size_bytes(self) -> int:
         """The database on disk, write-ahead log included."""

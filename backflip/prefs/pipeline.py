@@ -5,14 +5,21 @@ Three activities share the seed's process:
 1. the **policy** — any backflip algorithm, run unchanged by its own `train(cfg, run)`, on
    training envs wrapped by `LearnedReward` (it never sees the true reward);
 2. **labeling** — pairs of recent segments chosen on a schedule and answered by the synthetic
-   oracle at once, or queued in the database for a person at `backflip label RUN_ID` (a separate
-   process writing to the same SQLite file);
+   oracle at once, or queued in the database for people on the labeling page of `backflip ui`
+   (`backflip label RUN_ID`; a separate process writing to the same SQLite file);
 3. **reward-model training** — supervised rounds on the labels in the database.
 
 With `mode=async` (default), 2 and 3 run in a background thread while the algorithm's loop runs in
 the main thread, paced on the agent's step clock (`rm_updates_per_kstep`), so the policy never
 waits for them. With `mode=sync` they run inline every `tick_steps` agent steps: slower on a free
 core, but deterministic (same seed, same curves) — the mode for tests and benchmarks.
+
+**Waiting for a person.** A human-labeled seed never runs far ahead of its label schedule: when
+more than `max_debt` labels that are due are unanswered, the policy pauses inside its env step
+(status `waiting`, with the labels needed, in status.json, the progress line and the UI) and goes
+on once answers bring the debt down to half the bound. A person can end labeling early from the
+page ("train on with the labels I gave"): the seed then trains on without asking for more, and
+its result records when and by whom. Synthetic labelers answer at once and never wait.
 
 Stages (Rahtz's split modes): `full` (everything), `gather` (initial labels from a random policy
 only), `pretrain` (fit the reward model to existing labels only), `policy` (train a policy on a
@@ -52,7 +59,10 @@ class PrefsConfig:
     labels: int = 500
     """total labels to ask for (the cap), the initial ones included"""
     labeler: str = "synthetic"
-    """synthetic (true-return oracle) or human (the `backflip label` page)"""
+    """synthetic (true-return oracle) or human (the labeling page of `backflip ui`)"""
+    task: str = ""
+    """what makes a clip better, one line shown to the people labeling ("move the dot to the
+    centre"); the presets have one, a human-labeled run without one asks for it"""
     stage: str = "full"
     """full, gather (initial labels only), pretrain (reward model only), policy (frozen model)"""
     mode: str = "async"
@@ -103,6 +113,12 @@ class PrefsConfig:
     """synthetic labeler: probability of a uniformly random answer"""
     max_pending: int = 20
     """human labeler: unanswered queries kept ready in the database"""
+    max_debt: int = 10
+    """human labeler: the policy pauses when more than this many due labels are unanswered, and
+    goes on once answers bring the debt down to half of it"""
+    double_share: float = 0.0
+    """human labeler: share of queries shown to two people, whose answers combine into one label
+    (docs/preferences.md, "Several people")"""
     import_from: str = ""
     """path of a run whose labels (same seed, else its first) start this run (--prefs)"""
     reward_model: str = ""
@@ -131,6 +147,8 @@ class PrefsConfig:
             "prefs.round_updates must be >= 1": self.round_updates >= 1,
             "prefs.tick_steps must be >= 1": self.tick_steps >= 1,
             "prefs.max_pending must be >= 1": self.max_pending >= 1,
+            "prefs.max_debt must be >= 0": self.max_debt >= 0,
+            "prefs.double_share must be in [0, 1]": 0 <= self.double_share <= 1,
         }
         for message, ok in checks.items():
             if not ok:
@@ -158,7 +176,9 @@ class Pipeline:
 
     def __init__(self, pcfg: PrefsConfig, run, obs_space, act_space, db: PreferenceDB):
         self.cfg, self.run, self.db = pcfg, run, db
+        self.human = pcfg.labeler == "human"
         self.rng = np.random.default_rng(run.seed + 7919)
+        self.share_rng = np.random.default_rng(run.seed + 15485863)  # which queries go to two
         self.model = RewardModel(
             obs_space,
             act_space,
@@ -197,19 +217,36 @@ class Pipeline:
         self.worker_error: BaseException | None = None
         self.next_tick = pcfg.tick_steps
         self._last_publish = 0.0
+        self.answered = 0  # labeled + skipped queries when the database was last read
+        self.ended: dict | None = None  # a person ended labeling early: when, by whom
+        self.wait_s = 0.0  # time the policy spent waiting for the person
+        self._waiting_for: int | None = None  # labels the seed waits for, as last announced
 
     # -- labels --------------------------------------------------------------------------------
 
     def n_answered(self) -> int:
-        c = self.db.counts()
-        return c["labeled"] + c["skipped"]
+        self.answered = self.db.answered()
+        return self.answered
+
+    def check_ended(self) -> bool:
+        """Has a person ended labeling early (the page's "train on with the labels I gave")?"""
+        if self.human and self.ended is None:
+            meta = self.db.meta()
+            if "labels_ended_at" in meta:
+                self.ended = {
+                    "step": self.step,
+                    "labels": self.n_answered(),
+                    "by": meta.get("labels_ended_by", ""),
+                    "at": float(meta["labels_ended_at"]),
+                }
+                self.run.result["labels_ended_early"] = self.ended
+        return self.ended is not None
 
     def ask(self, n: int) -> int:
         """Create up to `n` queries from the store; the synthetic labeler answers them at once."""
-        if n <= 0:
+        if n <= 0 or self.check_ended():
             return 0
-        human = self.cfg.labeler == "human"
-        if human:
+        if self.human:
             n = min(n, self.cfg.max_pending - self.db.counts()["pending"])
         if self.cfg.stall_labels_after >= 0:  # fault injection: the labeler goes silent
             n = min(n, self.cfg.stall_labels_after - self.asked)
@@ -225,24 +262,56 @@ class Pipeline:
                 self.cfg.oversample,
             )
         for left, right in pairs:
-            label = None
-            if not human:
+            if self.human:
+                shared = self.cfg.double_share and self.share_rng.random() < self.cfg.double_share
+                self.db.add_query(left, right, self.step, self.cfg.selection, needs=1 + shared)
+            else:
                 label = synthetic_label(left, right, self.cfg.error_rate, self.rng)
-            self.db.add_query(
-                left,
-                right,
-                self.step,
-                self.cfg.selection,
-                label,
-                None if human else "synthetic",
-            )
+                self.db.add_query(left, right, self.step, self.cfg.selection, label, "synthetic")
         self.asked += len(pairs)
         self.segments_out += 2 * len(pairs)
         return len(pairs)
 
     def label_debt(self) -> int:
-        """Labels due by now that have not been answered."""
+        """Labels due by now that have not been answered (none once labeling was ended)."""
+        if self.ended is not None:
+            return 0
         return max(0, self.schedule.due(self.step) - self.n_answered())
+
+    def wait_for_person(self) -> None:
+        """Pause the policy while the person is more than `max_debt` labels behind the schedule;
+        go on once the debt is down to half the bound, labeling was ended, or the seed stops."""
+        debt = self.label_debt()
+        if debt <= self.cfg.max_debt:
+            return
+        resume_at = self.cfg.max_debt // 2
+        t0 = time.monotonic()
+        while debt > resume_at and not self.run.stopping and not self.check_ended():
+            self.announce_wait(debt - resume_at)
+            if self.cfg.mode == "sync":  # async: the worker thread asks
+                self.ask(self.schedule.due(self.step) - self.asked)
+            if time.monotonic() - self._last_publish > self.cfg.log_every_s:
+                self.publish()
+            time.sleep(0.1)
+            debt = self.label_debt()
+        self.wait_s += time.monotonic() - t0
+        self.announce_wait(None)
+
+    def announce_wait(self, labels_needed: int | None) -> None:
+        """The seed's status: `waiting` with the labels it needs, or `running` again (None)."""
+        if labels_needed == self._waiting_for:
+            return
+        self._waiting_for = labels_needed
+        if labels_needed is None:
+            self.run.set_status("running")
+        else:
+            self.run.set_status(
+                "waiting",
+                labels_needed=labels_needed,
+                labels_due=self.schedule.due(self.step),
+                labels_answered=self.answered,
+                steps=self.step,
+            )
 
     # -- reward model --------------------------------------------------------------------------
 
@@ -296,6 +365,8 @@ class Pipeline:
             )
         with self.lock:
             self.rm_stats.update(stats)
+        if self.human and "reward_model/val_acc" in stats:  # shown on the labeling page
+            self.db.set_meta(val_acc=stats["reward_model/val_acc"])
 
     def train_owed(self) -> None:
         """Reward-model rounds owed by the step clock (`rm_updates_per_kstep`)."""
@@ -334,6 +405,9 @@ class Pipeline:
             self.ep_pred[i] = self.ep_true[i] = 0.0
         if self.worker_error is not None:
             raise RuntimeError("the preference worker thread failed") from self.worker_error
+        # the person's pace bounds the policy's (`answered` is refreshed before pausing)
+        if self.human and self.schedule.due(self.step) - self.answered > self.cfg.max_debt:
+            self.wait_for_person()
         if self.cfg.mode == "sync":
             if self.step >= self.next_tick:
                 self.next_tick += self.cfg.tick_steps
@@ -395,6 +469,7 @@ class Pipeline:
                 "prefs/seconds_since_label": now - (last_label or self.t0),
                 "prefs/db_segments": float(counts["segments"]),
                 "prefs/db_mb": self.db.size_bytes() / 2**20,
+                "prefs/wait_s": self.wait_s,
                 **self.rm_stats,
             }
         self._rate_last = (now, labels, added, self.segments_out)
@@ -440,16 +515,25 @@ def gather_random(pipe: Pipeline, env_id, env_opts, n_segments: int, seed: int) 
 
 
 def wait_for_labels(pipe: Pipeline, target: int) -> None:
-    """Keep asking until `target` labels are answered (a person may take a while)."""
+    """Keep asking until `target` labels are answered (a person may take a while, or end
+    labeling early)."""
+    last_row = time.monotonic()
     while pipe.n_answered() < target and not pipe.run.stopping:
         pipe.ask(target - pipe.asked)
-        if pipe.cfg.labeler == "synthetic":
+        if not pipe.human:
             if pipe.cfg.stall_labels_after >= 0 and pipe.asked >= pipe.cfg.stall_labels_after:
                 return
             continue
-        pipe.publish()
-        pipe.run.log(0)
-        time.sleep(0.5)
+        if pipe.check_ended():
+            return
+        pipe.announce_wait(target - pipe.answered)
+        if time.monotonic() - last_row > 2.0:  # the labels so far, for the UI's charts
+            last_row = time.monotonic()
+            pipe.publish()
+            pipe.run.log(0)
+        time.sleep(0.1)
+    if pipe.human:
+        pipe.announce_wait(None)
 
 
 def load_reward_model(pipe: Pipeline, run_dir: str) -> None:
@@ -471,7 +555,7 @@ def save_reward_model(pipe: Pipeline, folder: Path) -> None:
 def train_seed(cfg, prefs: dict, run) -> None:
     """One seed of a preference run: labels, reward model and policy (see the module docstring)."""
     from backflip.algos import get_algo
-    from backflip.envs import TRAINING_VEC_WRAPPERS, make_env
+    from backflip.envs import make_env
     from backflip.prefs.wrapper import LearnedReward
 
     pcfg = PrefsConfig(**{**prefs, "hidden": tuple(prefs.get("hidden", (64, 64)))})
@@ -487,6 +571,7 @@ def train_seed(cfg, prefs: dict, run) -> None:
         segment_length=pcfg.segment_length,
         labels_target=pcfg.labels,
         labeler=pcfg.labeler,
+        task=pcfg.task,
         obs_shape=",".join(map(str, obs_space.shape)),
     )
     pipe = Pipeline(pcfg, run, obs_space, act_space, db)
@@ -557,13 +642,13 @@ def train_seed(cfg, prefs: dict, run) -> None:
             pipe.episode_reset()
             return LearnedReward(env, pipe)
 
-        TRAINING_VEC_WRAPPERS.append(wrap)
+        run.vec_wrappers.append(wrap)
         pipe.start_worker()
         try:
             spec.train(cfg.hp, run)
         finally:
             pipe.stop_worker()
-            TRAINING_VEC_WRAPPERS.remove(wrap)
+            run.vec_wrappers.remove(wrap)
         if run.out_dir is not None:  # the pipeline's final state (async: after the worker stops)
             pipe.publish()
             run.log(pipe.step)

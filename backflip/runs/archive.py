@@ -213,11 +213,19 @@ def create_run(
 
 
 def run_status(seed_statuses: list[str]) -> str:
-    """failed if any seed failed, else interrupted if any was, else finished."""
+    """failed if any seed failed, else interrupted if any was, else running if any still is
+    (or waits for its labeler), else finished."""
     for status in ("failed", "interrupted", "running"):
         if status in seed_statuses:
             return status
-    return "finished"
+    return "running" if "waiting" in seed_statuses else "finished"
+
+
+def waiting_seeds(record: dict) -> list[dict]:
+    """The statuses of a running run's seeds that wait (a preference run's person is behind)."""
+    if record.get("status") != "running":
+        return []
+    return [s for s in record.get("seeds", []) if s.get("status") == "waiting"]
 
 
 def finalize_run(home: Path, run_dir: Path, started: float) -> dict:
