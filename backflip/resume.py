@@ -21,10 +21,10 @@ from pathlib import Path
 from backflip.errors import UserError
 from backflip.launch import SeedJob
 from backflip.runs.archive import (
-    _pid_alive,
     finalize_run,
     load_run,
     now_iso,
+    pid_alive,
     read_json,
     seed_dir,
     write_json,
@@ -58,7 +58,7 @@ def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | Non
     """(record, one job per unfinished seed, {seed: step it resumes from (None: restart)})."""
     record = load_run(run_dir)
     host_here = record.get("host") == socket.gethostname()
-    if record.get("status") == "running" and host_here and _pid_alive(record.get("pid")):
+    if record.get("status") == "running" and host_here and pid_alive(record.get("pid")):
         raise UserError(f"run {record['id']} is still running (pid {record['pid']})")
     jobs, plan = [], {}
     config = record["config"]
@@ -66,7 +66,7 @@ def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | Non
         seed = st["seed"]
         if st.get("status") == "finished":
             continue
-        if st.get("status") == "running" and host_here and _pid_alive(st.get("pid")):
+        if st.get("status") == "running" and host_here and pid_alive(st.get("pid")):
             raise UserError(f"seed {seed} of run {record['id']} is still running (pid {st['pid']})")
         found = last_checkpoint(seed_dir(run_dir, seed))
         if found is None:

@@ -5,6 +5,7 @@ than the step). The page draws a frame from each stored observation instead:
 
 - image observations are shown as they are (grayscale channel-first frames turned to RGB);
 - MovingDot's position, CartPole's cart and pole, Pendulum's rod are drawn from their state;
+  every MovingDot frame (drawn or observed) marks the goal, the centre, with a green cross;
 - anything else becomes a bar chart of the observation vector (clipped to ±3).
 
 `png(frames)` encodes a clip as one PNG sprite sheet (frames stacked top to bottom), which the
@@ -13,10 +14,10 @@ page's script plays in a loop on a canvas: a looping video without a codec depen
 
 from __future__ import annotations
 
-import struct
-import zlib
+import io
 
 import numpy as np
+from PIL import Image
 
 from backflip.envs import moving_dot
 
@@ -78,14 +79,36 @@ def bars(obs) -> np.ndarray:
     return img
 
 
+GOAL = (40, 200, 40)
+
+
+def mark_goal(img: np.ndarray) -> np.ndarray:
+    """MovingDot's goal, a green cross where the dot's centre should end, under the dot."""
+    h, w = img.shape[:2]
+    sx, sy = w / moving_dot.WIDTH, h / moving_dot.HEIGHT
+    cx = round((moving_dot.CENTRE[0] + moving_dot.DOT / 2) * sx)
+    cy = round((moving_dot.CENTRE[1] + moving_dot.DOT / 2) * sy)
+    arm, out = max(3, round(8 * sx)), img.copy()
+    dot = out.max(-1) == 255  # the dot stays on top
+    out[cy, max(0, cx - arm) : cx + arm + 1] = GOAL
+    out[max(0, cy - arm) : cy + arm + 1, cx] = GOAL
+    out[dot] = 255
+    return out
+
+
 def frame_fn(env_id: str, obs_shape: tuple[int, ...]):
     """obs -> an RGB frame (H, W, 3) uint8, chosen for the env."""
+    dot_env = "MovingDot" in env_id
     if len(obs_shape) == 3:
         if obs_shape[0] in (1, 3) and obs_shape[-1] not in (1, 3):  # channel first
-            return lambda o: np.repeat(np.moveaxis(o, 0, -1), 3 // o.shape[0], -1).astype(np.uint8)
-        return lambda o: np.asarray(o, np.uint8)[..., :3]
-    if "MovingDot" in env_id and obs_shape == (2,):
-        return lambda o: moving_dot.draw(np.asarray(o) * [moving_dot.WIDTH, moving_dot.HEIGHT])
+            show = lambda o: np.repeat(np.moveaxis(o, 0, -1), 3 // o.shape[0], -1).astype(np.uint8)  # noqa: E731
+        else:
+            show = lambda o: np.asarray(o, np.uint8)[..., :3]  # noqa: E731
+        return (lambda o: mark_goal(show(o))) if dot_env else show
+    if dot_env and obs_shape == (2,):
+        return lambda o: mark_goal(
+            moving_dot.draw(np.asarray(o) * [moving_dot.WIDTH, moving_dot.HEIGHT])
+        )
     if "CartPole" in env_id and obs_shape == (4,):
         return cartpole
     if "Pendulum" in env_id and obs_shape == (3,):
@@ -96,18 +119,6 @@ def frame_fn(env_id: str, obs_shape: tuple[int, ...]):
 def png(frames: np.ndarray) -> bytes:
     """Frames (T, H, W, 3) uint8 as one RGB PNG, frames stacked vertically."""
     frames = np.asarray(frames, np.uint8)
-    sheet = frames.reshape(-1, frames.shape[2], 3)
-    h, w = sheet.shape[:2]
-    raw = b"".join(b"\x00" + sheet[y].tobytes() for y in range(h))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw, 6))
-        + chunk(b"IEND", b"")
-    )
+    buf = io.BytesIO()
+    Image.fromarray(frames.reshape(-1, frames.shape[2], 3)).save(buf, format="PNG")
+    return buf.getvalue()

@@ -1,5 +1,5 @@
-"""Labelers. The synthetic one is an oracle on the true reward; the human one is a web page
-(`backflip.prefs.web`) writing to the same database.
+"""Labelers. The synthetic one is an oracle on the true reward; people answer on a web page
+(`backflip.prefs.web`, a page of `backflip ui`) writing to the same database.
 
 Labels: 1.0 = the left segment is better, 0.0 = the right one, 0.5 = equally good. "Can't tell"
 is not a label: the pair is dropped from training (status `skipped`).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backflip.prefs.db import Segment
+from backflip.prefs.db import LABELS, Segment
 
 
 def synthetic_label(
@@ -25,7 +25,13 @@ def synthetic_label(
         rng = rng or np.random.default_rng()
         if rng.random() < error_rate:
             return float(rng.integers(0, 2))
-    a, b = left.true_return, right.true_return
+    return LABELS[oracle_choice(left.true_return, right.true_return)]
+
+
+def oracle_choice(left_return: float, right_return: float) -> str:
+    """The oracle's answer for two true returns: left, right, or equal when they are equal up to
+    float rounding (a relative difference of 1e-9)."""
+    a, b = left_return, right_return
     if abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b)):
-        return 0.5
-    return 1.0 if a > b else 0.0
+        return "equal"
+    return "left" if a > b else "right"

@@ -133,7 +133,7 @@ def seed_status(run_dir: Path, seed: int) -> dict:
         return {"seed": seed, "status": "unknown", "error": f"unreadable {path}"}
 
 
-def _pid_alive(pid: int | None) -> bool:
+def pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
     try:
@@ -150,7 +150,7 @@ def reconcile(record: dict) -> dict:
     if (
         record.get("status") == "running"
         and record.get("host") == socket.gethostname()
-        and not _pid_alive(record.get("pid"))
+        and not pid_alive(record.get("pid"))
     ):
         record["status"] = "failed"
         record.setdefault(

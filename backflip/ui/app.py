@@ -9,7 +9,8 @@ Routes (HTML unless noted):
     /journal[?since=7d&cpu_price=]  the lab journal with compute accounting; POST /journal/note
     /files/<id>/<path>              an artifact of a run (videos, checkpoints, logs); never a file
                                     outside the archive
-    /label/                         mount point of the preference labeling page (see below)
+    /label/                         preference labeling: runs, and a page per seed where people
+                                    answer "which clip is better?" (`backflip/ui/label.py`)
     /api/progress?ids=A,B           JSON: live progress of runs (the index polls it)
     /api/runs/<id>/progress         JSON: live progress of one run, per seed
     /api/runs/<id>/curves[?names=]  JSON: every metric aligned over seeds, with the IQM band
@@ -22,9 +23,10 @@ as `?token=` (then kept in an HttpOnly cookie) or as `Authorization: Bearer`. St
 requests (POST) must come from the same origin. Artifact paths are resolved and must stay inside
 the archive.
 
-Extending: a module `backflip.prefs.web` that defines `ui_blueprint(home) -> flask.Blueprint` is
-mounted at `/label` (its templates can `{% extends "base.html" %}`; `links`, `live` and `nav` are
-in their context). `backflip label` can reuse `create_app` and `serve` for its own server.
+Extending: `create_app(..., extensions={"/prefix": "module"})` mounts `module.ui_blueprint(home)`
+(a flask.Blueprint) at /prefix; its templates can `{% extends "base.html" %}` (`links`, `live`
+and `nav` are in their context). `backflip label RUN` serves this app and prints the URL of the
+run's labeling page.
 """
 
 from __future__ import annotations
@@ -43,14 +45,14 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 from backflip.errors import UserError
-from backflip.ui import data
+from backflip.ui import data, label
 from backflip.ui.render import STATIC, TEMPLATES, ServerLinks, index_rows, render
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 TOKEN_COOKIE = "backflip_token"
 INDEX_LIMIT = 1000
-EXTENSIONS = {"/label": "backflip.prefs.web"}  # url prefix -> module defining ui_blueprint(home)
+EXTENSIONS: dict[str, str] = {}  # url prefix -> module defining ui_blueprint(home)
 TEXT_TYPES = {".log", ".txt", ".patch", ".csv", ".json", ".md", ".yaml", ".yml", ".toml"}
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -157,7 +159,7 @@ def create_app(
     """The Flask app for the archive at `home`, wrapped in the `Guard`.
 
     `extensions` maps URL prefixes to modules defining `ui_blueprint(home)` (default
-    `EXTENSIONS`: the preference labeling page at /label).
+    `EXTENSIONS`).
     """
     try:
         from flask import Flask, Response, abort, jsonify, redirect, request, send_file
@@ -317,6 +319,12 @@ def create_app(
 
     # -- JSON ---------------------------------------------------------------------------------
 
+    @app.get("/api/about")
+    def api_about():  # lets `backflip label` find a UI of this archive already listening
+        from backflip import __version__
+
+        return jsonify({"app": "backflip ui", "home": str(home), "version": __version__})
+
     @app.get("/api/runs")
     def api_runs():
         rows = index.query(home, limit=request.args.get("limit", type=int) or INDEX_LIMIT)
@@ -350,6 +358,7 @@ def create_app(
     def api_findings(run_id):
         return jsonify(data.findings(run_dir(run_id)))
 
+    app.register_blueprint(label.blueprint(home, page, run_dir), url_prefix="/label")
     _mount_extensions(app, home, page, EXTENSIONS if extensions is None else extensions)
     app.wsgi_app = Guard(app.wsgi_app, token, allowed_hosts)
     return app
@@ -394,8 +403,8 @@ def _mount_extensions(app, home: Path, page, extensions: dict[str, str]) -> None
         if error:
             print(f"backflip ui: {module} failed to load: {error}", file=sys.stderr)
 
-        def placeholder(error=error):
-            return page("label.html", nav="label", error=error)
+        def placeholder(error=error, module=module):
+            return page("extension.html", nav=None, error=error, module=module)
 
         app.add_url_rule(f"{prefix}/", f"placeholder{prefix.replace('/', '_')}", placeholder)
 
@@ -411,6 +420,23 @@ def _warm_up() -> None:
             get_algo(name)
         except Exception:  # noqa: BLE001 — only a warm-up; the page reports real errors
             pass
+
+
+def running_ui(home: Path, host: str, port: int) -> str | None:
+    """The base URL of a `backflip ui` of this archive already listening at host:port, if any."""
+    import json
+    import urllib.request
+
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+    try:
+        with opener.open(url + "api/about", timeout=2) as r:
+            about = json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+    same = about.get("app") == "backflip ui" and Path(about.get("home", "")) == Path(home)
+    return url if same else None
 
 
 def serve(

@@ -114,10 +114,14 @@ def choices(home: Path) -> dict[str, list[str]]:
 
 def seed_progress(run_dir: Path, seed: int) -> dict:
     """A seed's status.json, with its latest step and return read live while it runs."""
+    from backflip.summary import status_text
+
     st = seed_status(run_dir, seed)
     out = {
         "seed": seed,
         "status": st.get("status", "pending"),
+        "status_text": status_text({"status": "pending", **st}),
+        "labels_needed": st.get("labels_needed"),
         "steps": st.get("steps") or 0,
         "sps": st.get("sps"),
         "ret": None,
@@ -125,9 +129,9 @@ def seed_progress(run_dir: Path, seed: int) -> dict:
         "wall_s": st.get("wall_s"),
         "error": st.get("error"),
     }
-    if out["status"] == "running":
+    if out["status"] in ("running", "waiting"):
         step, row = last_metrics_row(seed_dir(run_dir, seed) / "metrics.csv")
-        out["steps"] = step
+        out["steps"] = max(step, out["steps"])
         out["sps"] = _finite(row.get("time/sps"))
         out["ret"] = _finite(row.get("rollout/ep_return_mean"))
         started = _parse_time(st.get("started"))
@@ -137,7 +141,7 @@ def seed_progress(run_dir: Path, seed: int) -> dict:
 
 def run_progress(run_dir: Path) -> dict:
     """Status, steps done out of the budget, per-seed progress and the result line of one run."""
-    from backflip.summary import result_line
+    from backflip.summary import result_line, run_state
 
     record = load_run(run_dir)
     seeds = [seed_progress(run_dir, s) for s in record["config"]["seeds"]]
@@ -147,6 +151,7 @@ def run_progress(run_dir: Path) -> dict:
     return {
         "id": record["id"],
         "status": record["status"],
+        "status_text": run_state({**record, "seeds": seeds}),
         "steps_done": done,
         "steps_total": budget,
         "fraction": done / budget if budget else 0.0,
@@ -251,7 +256,42 @@ def run_detail(run_dir: Path) -> dict:
         "checkpoints": seed_files(run_dir, seeds, "checkpoints", "*.pt"),
         "notes": notes_for_run(run_dir.parent, record["id"]),
         "usage": run_usage(record),
+        "labeling": labeling(run_dir, record),
     }
+
+
+def labeling(run_dir: Path, record: dict) -> list[dict] | None:
+    """A preference run's labeling, per seed: counts, the labeling page, and its people (answers,
+    latency, agreement with the true reward and with each other: `backflip.prefs.people`)."""
+    from backflip.prefs.db import PreferenceDB
+    from backflip.prefs.people import labeler_table
+
+    prefs = record["config"].get("prefs")
+    if prefs is None:
+        return None
+    out = []
+    for seed in record["config"]["seeds"]:
+        path = seed_dir(run_dir, seed) / "prefs.sqlite"
+        if not path.exists():
+            continue
+        db = PreferenceDB(path)
+        try:
+            counts, answers, meta = db.counts(), db.answers(), db.meta()
+        finally:
+            db.close()
+        out.append(
+            {
+                "seed": seed,
+                "url": f"/label/{record['id']}/{seed}/",
+                "labeled": counts["labeled"],
+                "skipped": counts["skipped"],
+                "pending": counts["pending"],
+                "target": prefs.get("labels"),
+                "ended_by": meta.get("labels_ended_by") if "labels_ended_at" in meta else None,
+                **labeler_table(answers),
+            }
+        )
+    return out
 
 
 # --- curves ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A minimal UI extension, as `backflip.prefs.web` would provide the labeling page."""
+"""A minimal UI extension: a blueprint with a page in the UI's layout and a POST route."""
 
 from __future__ import annotations
 

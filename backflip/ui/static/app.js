@@ -226,7 +226,8 @@ function indexPage() {
         if (!tr) continue;
         tr.dataset.status = p.status;
         const badge = $(".badge", tr);
-        badge.textContent = p.status; badge.className = "badge " + p.status;
+        badge.textContent = p.status_text || p.status;
+        badge.className = "badge " + (p.status_text && p.status_text.startsWith("waiting") ? "waiting" : p.status);
         $(".progress-cell", tr).innerHTML = p.status === "running"
           ? `<span class="live-steps">${int(p.steps_done)}</span> <span class="muted">/ ${int(p.steps_total)} (${Math.round(100 * p.fraction)}%)</span>`
           : int(p.steps_total / Math.max(1, p.seeds.length));
@@ -263,10 +264,12 @@ async function runPage() {
       set("steps", int(s.steps)); set("sps", fmt(s.sps, 0)); set("ret", fmt(s.ret));
       set("final_eval_return", fmt(s.final_eval_return)); set("wall_s", duration(s.wall_s));
       set("error", s.error || "");
-      const b = $('[data-field="status"]', tr); b.textContent = s.status; b.className = "badge " + s.status;
+      const b = $('[data-field="status"]', tr);
+      b.textContent = s.status_text || s.status; b.className = "badge " + s.status;
     }
     const badge = $("#run-status");
-    badge.textContent = p.status; badge.className = "badge " + p.status;
+    badge.textContent = p.status_text || p.status;
+    badge.className = "badge " + (p.status_text && p.status_text.startsWith("waiting") ? "waiting" : p.status);
     $("#run-duration").textContent = duration(p.duration_s);
     const done = p.status !== "running";
     if (done || Date.now() - lastCurves > 6000) {
