@@ -366,6 +366,35 @@ def test_sync_mode_is_deterministic(cli):
         assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def test_synthetic_labels_never_wait_and_ignore_the_human_settings(cli):
+    # the person's pacing (max_debt), shared queries and pending cap are for people only: a
+    # synthetic run with the tightest of them is the same run, metric for metric
+    common = ("--set", "prefs.mode=sync", "--set", "prefs.error_rate=0.2")
+    a = small_run(cli, *common)
+    b = small_run(
+        cli,
+        *common,
+        "--set",
+        "prefs.max_debt=0",
+        "--set",
+        "prefs.double_share=1",
+        "--set",
+        "prefs.max_pending=1",
+    )
+    ma = read_metrics(f"{a['dir']}/seeds/0/metrics.csv")
+    mb = read_metrics(f"{b['dir']}/seeds/0/metrics.csv")
+    timing = ("time/", "sys/", "prefs/labels_per_s", "prefs/segments", "prefs/seconds_since")
+    names = [n for n in ma if not n.startswith(timing) and n != "prefs/db_mb"]
+    assert "reward_model/val_loss" in names and "eval/return_mean" in names
+    for name in names:
+        assert np.array_equal(ma[name][0], mb[name][0]), name
+        assert np.array_equal(ma[name][1], mb[name][1]), name
+    assert mb["prefs/wait_s"][1].max() == 0
+    db = PreferenceDB(f"{b['dir']}/seeds/0/prefs.sqlite")
+    assert db.answers() == []  # answers are a person's; synthetic labels are on the queries
+    db.close()
+
+
 def test_a_starved_label_queue_shows_in_the_metrics(cli):
     # fault injection: the labeler goes silent after 12 labels while the policy keeps training
     record = small_run(

@@ -314,6 +314,16 @@ class PreferenceDB:
                 (person, limit),
             ).fetchall()
 
+    def pair(self, query_id: int) -> tuple[int, int]:
+        """The (left, right) segment ids of a query."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT left, right FROM queries WHERE id = ?", (int(query_id),)
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"no query {query_id}")
+        return row
+
     def answers(self) -> list[dict]:
         """Every person's answers with the true returns of the two segments (for agreement,
         latency and label-rate statistics: `backflip.prefs.people`), oldest first."""

@@ -1,5 +1,5 @@
 """Labelers. The synthetic one is an oracle on the true reward; people answer on a web page
-(`backflip.prefs.web`, a page of `backflip ui`) writing to the same database.
+(`backflip.ui.label`, a page of `backflip ui`) writing to the same database.
 
 Labels: 1.0 = the left segment is better, 0.0 = the right one, 0.5 = equally good. "Can't tell"
 is not a label: the pair is dropped from training (status `skipped`).

@@ -1,8 +1,8 @@
 """`LearnedReward`: the vector-env wrapper through which any algorithm trains on r̂.
 
-The preference pipeline appends it to `backflip.envs.TRAINING_VEC_WRAPPERS`, so every training
-vector env the algorithm makes (with `make_vec`) sees the learned reward, while evaluation envs
-keep the true one. The algorithm needs no change: PPO, A2C, DQN, SAC all call `make_vec`.
+The preference pipeline appends it to the seed's `run.vec_wrappers`, so every training vector env
+the algorithm makes (with `run.make_vec`) sees the learned reward, while evaluation envs keep the
+true one. The algorithm needs no change: every algorithm makes its envs with `run.make_vec`.
 
 On each step it
 1. replaces the env's reward with the pipeline's current reward model, r̂(o_t, a_t), computed for

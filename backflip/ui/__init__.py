@@ -5,8 +5,9 @@
 - `render.py` turns that into HTML with Jinja templates (`templates/`), for the server and for
               the static report alike (only the links differ);
 - `app.py`    the Flask application: pages, a small JSON API for live updates, artifact files
-              (never outside the archive), the token guard, and the mount point for the
-              preference labeling page (`/label`, registered by `backflip.prefs.web`);
+              (never outside the archive), the guard in front of every route, and extensions;
+- `label.py`  the preference labeling pages (`/label`): people answer "which clip is better?"
+              for a run that learns its reward from them;
 - `static/`   the page script, the style sheet and the vendored uPlot chart library (MIT).
 
 `backflip ui` serves it; `backflip report` writes the same pages as files. See docs/ui.md.

@@ -1,12 +1,14 @@
 "use strict";
 // The labeling page: two clips loop side by side; keys or buttons answer which is better.
-// Every URL is relative, so the page works wherever it is mounted.
+// Every URL is relative to the page (/label/RUN/SEED/). Its own scope: app.js shares the page.
+(() => {
 const FPS = 12, POLL_MS = 1500;
 let state = null, sheets = {left: null, right: null}, frame = 0, busy = false;
 let seq = 0;  // only the newest request's answer is shown (a slow poll must not undo a label)
 let person = localStorage.getItem("backflip-labeler") || "";
 let endArmed = 0;
 const $ = id => document.getElementById(id);
+window.labelingBusy = () => busy;  // for scripted people (the browser tests)
 
 async function call(url, body) {
   const opts = body === undefined ? {} :
@@ -97,6 +99,8 @@ function draw() {
     ctx.clearRect(0, 0, c.width, c.height);
     if (!img || !state || !state.query) continue;
     const n = state.segment_length, fh = img.height / n, f = frame % n;
+    const h = Math.round(c.width * fh / img.width);  // the frame's own aspect ratio
+    if (c.height !== h) c.height = h;
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(img, 0, f * fh, img.width, fh, 0, 0, c.width, c.height);
   }
@@ -131,3 +135,4 @@ $("end").addEventListener("click", endLabeling);
 setInterval(draw, 1000 / FPS);
 setInterval(() => { if (!busy) refresh(); }, POLL_MS);
 start();
+})();

@@ -1,0 +1,366 @@
+"""A person in the loop, in a real headless Chromium: the labeling page of `backflip ui` driven by
+key presses, against a real preference run that waits for its person.
+
+Needs Debian's `chromium` and Playwright's Python package (no browser download: the executable
+is the system one); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from backflip.envs.moving_dot import CENTRE, HEIGHT, WIDTH
+from backflip.prefs.db import PreferenceDB
+from backflip.telemetry import read_metrics
+from tests.conftest import ROOT, cli_env
+from tests.ui.support import ARTIFACTS, Server, screenshot_ok
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+    ),
+]
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need Playwright: pip install -e '.[test]'"
+)
+
+# The person's run: MovingDot from positions, the preset's policy and pipeline with 300 labels
+# (docs/preferences.md, "A person in the loop"), seed 0.
+LABELS = 300
+STEPS = 150_000
+PERSON_RUN = [
+    "prefs",
+    "train",
+    "ppo",
+    "--env",
+    "MovingDotLowDim-v0",
+    "--labeler",
+    "human",
+    "--labels",
+    str(LABELS),
+    "--steps",
+    str(STEPS),
+    "--seed-list",
+    "0",
+    "--no-progress",
+    "--json",
+]
+# PPO on the true reward with the same policy settings and steps (the preset's `policy`)
+TRUE_RUN = [
+    "train",
+    "ppo",
+    "--env",
+    "MovingDotLowDim-v0",
+    "--steps",
+    str(STEPS),
+    "--seed-list",
+    "0",
+    "--set",
+    "num_envs=8",
+    "--set",
+    "num_steps=128",
+    "--set",
+    "gamma=0.98",
+    "--no-progress",
+    "--json",
+]
+
+
+def wait_for(predicate, timeout=120.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start(home: Path, args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "backflip", *args],
+        env=cli_env(home),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def record_of(proc: subprocess.Popen, timeout: float) -> dict:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out)
+
+
+def status(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):  # being replaced this instant
+        return {}
+
+
+def end_distance(db: PreferenceDB, segment: int) -> float:
+    """How far the dot is from the centre in the last frame of a clip (pixels)."""
+    x, y = db.segment(segment).obs[-1]
+    return float(np.hypot(x * WIDTH - CENTRE[0], y * HEIGHT - CENTRE[1]))
+
+
+class ScriptedPerson:
+    """Prefers the clip whose dot ends nearer the centre; wrong 10% of the time (seeded)."""
+
+    KEYS: ClassVar[dict] = {"left": "ArrowLeft", "right": "ArrowRight", "equal": "ArrowUp"}
+
+    def __init__(self, page, db: PreferenceDB, error: float = 0.1, seed: int = 0):
+        self.page, self.db, self.error = page, db, error
+        self.rng = np.random.default_rng(seed)
+        self.answers = 0
+        self.mistakes = 0
+
+    def query(self) -> int | None:
+        q = self.page.evaluate("document.body.dataset.query")
+        return int(q) if q else None
+
+    def answer(self) -> bool:
+        """Answer the pair on screen (False when none is shown)."""
+        qid = self.query()
+        if qid is None or self.page.evaluate("labelingBusy()"):
+            return False
+        left, right = (end_distance(self.db, s) for s in self.db.pair(qid))
+        choice = "equal" if left == right else "left" if left < right else "right"
+        if choice != "equal" and self.rng.random() < self.error:
+            choice = "right" if choice == "left" else "left"
+            self.mistakes += 1
+        self.page.keyboard.press(self.KEYS[choice])
+        self.page.wait_for_function(
+            f"() => !labelingBusy() && document.body.dataset.query !== '{qid}'", timeout=30_000
+        )
+        self.answers += 1
+        return True
+
+
+def random_policy_return(env_id: str, episodes: int = 10) -> float:
+    from backflip.envs import make_vec
+    from backflip.seedrun import evaluate
+
+    envs = make_vec(env_id, episodes, evaluation=True)
+    envs.action_space.seed(0)
+    returns, _ = evaluate(lambda o: envs.action_space.sample(), envs, episodes, seed=500)
+    return float(returns.mean())
+
+
+@pytest.fixture
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+def open_labeling(browser, url: str, name: str):
+    page = browser.new_page(viewport={"width": 1100, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.fill("#name", name)
+    page.click("#who button[type=submit]")
+    page.wait_for_selector("#board:not([hidden])")
+    return page, errors
+
+
+def test_a_scripted_person_trains_moving_dot_through_the_page(home, browser):
+    true_run = start(home, TRUE_RUN)  # the reference, on the other core
+    person_run = start(home, PERSON_RUN)
+    server = Server(home)
+    t0 = time.monotonic()
+    try:
+        wait_for(lambda: any(home.glob("*/seeds/0/prefs.sqlite")), 120, "the run's database")
+        folder = next(home.glob("*/seeds/0/prefs.sqlite")).parent
+        run_id = folder.parents[1].name
+        db = PreferenceDB(folder / "prefs.sqlite")
+        page, errors = open_labeling(browser, f"{server.base}/label/{run_id}/0/", "scripted")
+        person = ScriptedPerson(page, db)
+        assert "move the dot to the centre" in page.inner_text("#task")
+        paused_checked = False
+        while person_run.poll() is None:
+            st = status(folder)
+            if (
+                not paused_checked
+                and st.get("status") in ("running", "waiting")
+                and db.answered() > LABELS // 2
+            ):
+                # the policy trains; nobody answers: it must pause within the bound and stay
+                wait_for(lambda: status(folder).get("status") == "waiting", 60, "the seed to wait")
+                step = status(folder)["steps"]
+                assert step > 0
+                page.wait_for_function("() => document.body.dataset.state === 'waiting'")
+                assert "waiting for you" in page.inner_text("#run")
+                page.screenshot(path=str(ARTIFACTS / "label-waiting.png"))
+                time.sleep(4)
+                after = status(folder)
+                assert after.get("status") == "waiting" and after["steps"] == step
+                paused_checked = True
+                shown = subprocess.run(
+                    [sys.executable, "-m", "backflip", "show", run_id, "--json"],
+                    env=cli_env(home),
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                assert "waiting" in json.loads(shown.stdout)["seeds"][0]["status"]
+            if not person.answer():
+                time.sleep(0.05)
+        record = record_of(person_run, 60)
+        wall = time.monotonic() - t0
+        assert paused_checked, "the run never trained while the person could be tested away"
+        assert not errors, errors
+        page.close()
+        counts = db.counts()
+        db.close()
+    finally:
+        server.stop()
+        for proc in (person_run, true_run):
+            if proc.poll() is None:
+                proc.kill()
+    # every scheduled label was given, by the person, through the page
+    assert counts["labeled"] + counts["skipped"] == LABELS
+    assert record["status"] == "finished" and record["seeds"][0]["labels"] == counts["labeled"]
+    m = read_metrics(folder / "metrics.csv")
+    assert m["prefs/wait_s"][1][-1] > 4
+    reference = record_of(true_run, 600)
+    ours, theirs = (
+        record["seeds"][0]["final_eval_return"],
+        reference["seeds"][0]["final_eval_return"],
+    )
+    random_return = random_policy_return("MovingDotLowDim-v0")
+    score = (ours - random_return) / (theirs - random_return)
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "label-person.json").write_text(
+        json.dumps(
+            {
+                "labels": LABELS,
+                "answers": person.answers,
+                "mistakes": person.mistakes,
+                "wall_s": wall,
+                "wait_s": m["prefs/wait_s"][1][-1],
+                "greedy_true_return": ours,
+                "ppo_true_reward": theirs,
+                "random_policy": random_return,
+                "normalized": score,
+            },
+            indent=1,
+        )
+    )
+    assert score >= 0.9, (ours, theirs)
+    screenshot_ok(ARTIFACTS / "label-waiting.png")
+
+
+def test_keys_answer_undo_and_skip_and_the_answers_train_the_reward_model(home, browser, cli):
+    # a run that waits for 4 labels from a person (the `gather` stage)
+    gather = start(
+        home,
+        [
+            "prefs",
+            "gather",
+            "--env",
+            "MovingDotLowDim-v0",
+            "--labels",
+            "4",
+            "--labeler",
+            "human",
+            "--set",
+            "prefs.max_pending=3",
+            "--no-progress",
+        ],
+    )
+    server = Server(home)
+    try:
+        wait_for(lambda: any(home.glob("*/seeds/0/prefs.sqlite")), what="the run's database")
+        db_path = next(home.glob("*/seeds/0/prefs.sqlite"))
+        run_id = db_path.parents[2].name
+        db = PreferenceDB(db_path)
+        wait_for(lambda: db.counts()["pending"] >= 3, what="queries for the page")
+        page, errors = open_labeling(browser, f"{server.base}/label/{run_id}/0/", "ann")
+        page.wait_for_function("() => document.body.dataset.query !== ''")
+        first = int(page.evaluate("document.body.dataset.query"))
+        # the clips are real images of the segments
+        page.wait_for_function(
+            "() => document.querySelector('#left').getContext('2d')"
+            ".getImageData(0, 0, 240, 240).data.some(v => v !== 0)"
+        )
+        page.wait_for_function("() => !labelingBusy()")
+        page.keyboard.press("ArrowLeft")
+        wait_for(lambda: db.counts()["labeled"] == 1, 20, "the first label")
+        assert db.labels()[-1][0] == first and db.labels()[-1][3] == 1.0
+        assert db.answers()[-1]["person"] == "ann" and db.answers()[-1]["shown_at"] is not None
+        page.wait_for_function(
+            "() => !labelingBusy()"
+        )  # a key pressed while a request is out is ignored
+        page.keyboard.press("u")  # undo: the query is pending again
+        wait_for(lambda: db.counts()["labeled"] == 0, 20, "the undo")
+        page.wait_for_function(f"() => document.body.dataset.query === '{first}'")
+        for key, count in (("ArrowRight", 1), ("ArrowUp", 2), ("ArrowDown", 2)):
+            # a key pressed while no query is shown does nothing: wait for one
+            page.wait_for_function("() => !labelingBusy() && document.body.dataset.query !== ''")
+            before = page.evaluate("document.body.dataset.query")
+            page.keyboard.press(key)
+            page.wait_for_function(f"() => document.body.dataset.query !== '{before}'")
+            wait_for(lambda c=count: db.counts()["labeled"] == c, 20, key)
+        assert "labels 3 of 4" in page.inner_text("#counts")
+        assert db.counts()["skipped"] == 1
+        page.wait_for_function("() => !labelingBusy() && document.body.dataset.query !== ''")
+        page.keyboard.press("ArrowLeft")  # the 4th answer completes the gather stage
+        wait_for(lambda: db.counts()["labeled"] == 3, 20, "the last label")
+        _, err = gather.communicate(timeout=120)
+        assert gather.returncode == 0, err
+        # the run is over: the page says so, and a late answer is refused with the reason
+        page.wait_for_function("() => document.body.dataset.state === 'finished'", timeout=20_000)
+        assert "no longer used" in page.inner_text("#run")
+        assert not errors, errors
+        page.close()
+        assert [r[3] for r in db.labels()] == [0.0, 0.5, 1.0]
+        db.close()
+    finally:
+        server.stop()
+        if gather.poll() is None:
+            gather.kill()
+
+    # the reward model trains on exactly those labels
+    cli(
+        "prefs",
+        "pretrain",
+        "--prefs",
+        run_id,
+        "--set",
+        "prefs.pretrain_updates=10",
+        "--set",
+        "prefs.round_updates=10",
+        "--no-progress",
+    )
+    runs = sorted(p for p in home.iterdir() if p.is_dir() and p.name != run_id)
+    metrics = read_metrics(runs[-1] / "seeds" / "0" / "metrics.csv")
+    assert metrics["prefs/labels"][1][-1] == 3  # the 'equal' counts; 'can't tell' is dropped
+    assert metrics["reward_model/updates"][1][-1] == 10
+    pairs = metrics["reward_model/pairs_train"][1][-1] + metrics["reward_model/pairs_val"][1][-1]
+    assert pairs == 3
