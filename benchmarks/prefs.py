@@ -67,7 +67,9 @@ def main() -> None:
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--mode", default="sync", help="prefs.mode for the preference runs")
+    ap.add_argument(
+        "--mode", default=None, help="prefs.mode for the preference runs (default: the CLI's)"
+    )
     ap.add_argument("--home", default="runs")
     ap.add_argument("--out", default="benchmarks/prefs_results.json")
     args = ap.parse_args()
@@ -91,7 +93,8 @@ def main() -> None:
         pref_run = launch(
             [
                 "prefs", "train", "ppo", "--env", env_id, "--labels", str(labels),
-                *common, "--set", "eval_episodes=20", "--set", f"prefs.mode={args.mode}",
+                *common, "--set", "eval_episodes=20",
+                *(["--set", f"prefs.mode={args.mode}"] if args.mode else []),
             ],
             home,
         )  # fmt: skip

@@ -353,9 +353,11 @@ def test_every_prefs_metric_is_documented(cli):
     assert metrics["prefs/labels"][1][-1] == 40
 
 
-def test_sync_mode_is_deterministic(cli):
-    a = small_run(cli, "--set", "prefs.mode=sync")
-    b = small_run(cli, "--set", "prefs.mode=sync")
+def test_the_default_command_is_deterministic(cli):
+    # the CLI's defaults (sync mode): one command run twice gives the same curves and model
+    a = small_run(cli)
+    b = small_run(cli)
+    assert a["config"]["prefs"]["mode"] == "sync"
     ma = read_metrics(f"{a['dir']}/seeds/0/metrics.csv")
     mb = read_metrics(f"{b['dir']}/seeds/0/metrics.csv")
     for name in ("reward_model/train_loss", "reward_model/val_loss", "eval/return_mean"):
@@ -439,7 +441,7 @@ def test_async_mode_and_split_stages(cli):
     assert frozen["status"] == "finished"
     m = read_metrics(f"{frozen['dir']}/seeds/0/metrics.csv")
     assert "prefs/true_return_mean" in m and m["prefs/labels"][1][-1] == 0
-    live = small_run(cli, "--prefs", gid)  # async (default) on top of the imported labels
+    live = small_run(cli, "--prefs", gid, "--set", "prefs.mode=async")  # on the imported labels
     m = read_metrics(f"{live['dir']}/seeds/0/metrics.csv")
     assert live["status"] == "finished" and m["prefs/labels"][1][-1] == 40
 

@@ -137,6 +137,12 @@ def run(args) -> int:
             print(f"  prefs.{name} = {getattr(pcfg, name)!r}  ({tp}) {doc}")
         return 0
     ask_task(pcfg, sys.stdin.isatty() and not args.json)
+    if pcfg.mode == "async":
+        print(
+            "note: prefs.mode=async trains the reward model beside the policy in a second "
+            "thread; runs of this command will not give the same curves (prefs.mode=sync does)",
+            file=sys.stderr,
+        )
 
     def where_to_label(run_dir):
         if pcfg.labeler == "human":

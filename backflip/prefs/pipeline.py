@@ -9,10 +9,11 @@ Three activities share the seed's process:
    (`backflip label RUN_ID`; a separate process writing to the same SQLite file);
 3. **reward-model training** — supervised rounds on the labels in the database.
 
-With `mode=async` (default), 2 and 3 run in a background thread while the algorithm's loop runs in
-the main thread, paced on the agent's step clock (`rm_updates_per_kstep`), so the policy never
-waits for them. With `mode=sync` they run inline every `tick_steps` agent steps: slower on a free
-core, but deterministic (same seed, same curves) — the mode for tests and benchmarks.
+With `mode=sync` (default) 2 and 3 run inline every `tick_steps` agent steps: deterministic (same
+seed, same curves), and no slower when the seeds already fill the cores. With `mode=async` (opt-in)
+they run in a background thread while the algorithm's loop runs in the main thread, paced on the
+agent's step clock (`rm_updates_per_kstep`): faster on a free core, but the interleaving of the two
+threads differs between runs, so results are not reproducible.
 
 **Waiting for a person.** A human-labeled seed never runs far ahead of its label schedule: when
 more than `max_debt` labels that are due are unanswered, the policy pauses inside its env step
@@ -65,8 +66,9 @@ class PrefsConfig:
     centre"); the presets have one, a human-labeled run without one asks for it"""
     stage: str = "full"
     """full, gather (initial labels only), pretrain (reward model only), policy (frozen model)"""
-    mode: str = "async"
-    """async (labeling and reward model in a background thread) or sync (inline, deterministic)"""
+    mode: str = "sync"
+    """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a
+    background thread: faster on a free core, not reproducible)"""
     segment_length: int = 25
     """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
     initial_frac: float = 0.25
