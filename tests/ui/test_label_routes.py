@@ -43,6 +43,7 @@ def fake_run(home, status="running", pid=None, queries=3, needs=1):
             "status": "running",
             "algo": "ppo",
             "env": "MovingDotLowDim-v0",
+            "created": "2026-01-01T00:00:00+00:00",
             "config": {
                 "algo": "ppo",
                 "env_id": "MovingDotLowDim-v0",
@@ -354,3 +355,48 @@ def test_killing_the_ui_mid_labeling_loses_no_acknowledged_answer(home):
         stored = {r[0] for r in labels(folder)}
         assert set(seen) <= stored  # every acknowledged answer is on disk
         assert acked <= len(stored) <= acked + _round + 1  # at most the one in flight is extra
+
+
+def test_a_waiting_seed_says_so_everywhere(home, cli):
+    folder, _ = fake_run(home)
+    status = json.loads((folder / "status.json").read_text())
+    status.update(status="waiting", labels_needed=3, labels_due=15, labels_answered=7)
+    write_json(folder / "status.json", status)
+    runs = cli("runs", "--reindex").stdout
+    assert "waiting: seed 0 needs 3 labels" in runs
+    listed = json.loads(cli("runs", "--json").stdout)
+    assert listed[0]["status"].startswith("waiting")
+    shown = json.loads(cli("show", RUN, "--json").stdout)
+    assert shown["seeds"][0]["status"] == "waiting" and shown["seeds"][0]["labels_needed"] == 3
+    assert "waiting for 3 labels" in cli("show", RUN).stdout
+    c = client(home)
+    progress = c.get(f"/api/runs/{RUN}/progress", headers=HOST).get_json()
+    assert progress["status_text"] == "waiting: seed 0 needs 3 labels"
+    assert progress["seeds"][0]["status_text"] == "waiting for 3 labels"
+    page = c.get(f"/runs/{RUN}", headers=HOST).get_data(as_text=True)
+    assert "waiting for 3 labels" in page
+    state = c.get(f"/label/{RUN}/0/api/state?person=ann", headers=HOST).get_json()
+    assert state["run"]["state"] == "waiting" and "give 3 labels" in state["run"]["text"]
+
+
+def test_the_progress_line_shows_a_waiting_seed():
+    import io
+
+    from rich.console import Console
+
+    from backflip.launch import Display, SeedJob
+
+    jobs = [SeedJob("/nonexistent", 0, {"steps": 1000})]
+    display = Display(jobs, enabled=True)
+    display.console = Console(file=io.StringIO(), width=120)  # plain lines: not a terminal
+    display.message(0, ("status", 0, "waiting for 4 labels"))
+    display.message(0, ("status", 0, "waiting for 3 labels"))  # no new line for a new count
+    display.message(0, ("status", 0, "running"))
+    assert display.console.file.getvalue().splitlines() == [
+        "seed 0: waiting for 4 labels",
+        "seed 0: running",
+    ]
+    task = display.progress.tasks[display.tasks[0]]
+    assert task.fields["status"] == "running"
+    display.message(0, ("status", 0, "waiting for 2 labels"))
+    assert task.fields["status"] == "waiting for 2 labels"  # the live table's status column
