@@ -474,3 +474,64 @@ def test_fused_inference_equals_the_members_one_by_one():
     snap = model.snapshot()
     assert snap.fused is not None
     assert np.allclose(snap.member_rewards(obs, act), model.member_rewards(obs, act), atol=1e-5)
+
+
+def test_a_person_can_end_labeling_early_and_the_run_trains_on(home):
+    import json
+    import time
+
+    args = [
+        "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labeler", "human",
+        "--labels", "40", "--steps", "4096", "--set", "num_steps=64", "--set", "epochs=1",
+        "--set", "prefs.pretrain_updates=10", "--set", "prefs.round_updates=10",
+        "--set", "eval_episodes=2", "--set", "prefs.task=reach the centre", "--no-progress",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", *args],
+        env=cli_env(home),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(home.glob("*/seeds/0/prefs.sqlite")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        folder = next(home.glob("*/seeds/0/prefs.sqlite")).parent
+        db = PreferenceDB(folder / "prefs.sqlite")
+        assert db.meta()["task"] == "reach the centre"
+        answered = 0
+        while answered < 5 and time.monotonic() < deadline:
+            for q, _, _ in db.next_queries("tess", 5 - answered):
+                db.answer(q, "left", "tess")
+                answered += 1
+            time.sleep(0.05)
+        # the preset asks for half the labels up front: the seed waits for 20 - 5 more
+        while time.monotonic() < deadline:
+            status = json.loads((folder / "status.json").read_text())
+            if status.get("labels_needed") == 15:
+                break
+            time.sleep(0.05)
+        assert status["status"] == "waiting" and status["labels_needed"] == 15
+        db.set_meta(labels_ended_at=time.time(), labels_ended_by="tess")  # what the page does
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "finished" and status["labels"] == 5
+    assert status["labels_ended_early"]["by"] == "tess"
+    assert status["labels_ended_early"]["labels"] == 5
+    assert db.counts()["labeled"] == 5 and db.counts()["pending"] <= 20
+    db.close()
+
+
+def test_a_human_run_without_a_task_statement_asks_for_one(cli, home):
+    # no preset for CartPole-v1, and no terminal to ask at: refused before anything is created
+    bad = cli(
+        "prefs", "train", "ppo", "--env", "CartPole-v1", "--labeler", "human", check=False
+    )  # fmt: skip
+    assert bad.returncode == 2 and "prefs.task" in bad.stderr and "Traceback" not in bad.stderr
+    assert not [p for p in home.iterdir() if p.is_dir()]
