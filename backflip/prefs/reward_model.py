@@ -99,10 +99,16 @@ class RewardNet(nn.Module):
     """
 
     def __init__(
-        self, obs_shape: tuple[int, ...], act_dim: int, hidden=(64, 64), dropout: float = 0.0
+        self,
+        obs_shape: tuple[int, ...],
+        act_dim: int,
+        hidden=(64, 64),
+        dropout: float = 0.0,
+        channels_last: bool = True,
     ):
         super().__init__()
         self.image = len(obs_shape) == 3
+        self.channels_last = channels_last
         act = nn.LeakyReLU(0.01)
         if self.image:
             c = obs_shape[0]
@@ -111,6 +117,8 @@ class RewardNet(nn.Module):
                 layers += [nn.Conv2d(c, 16, k, s), PairBatchNorm2d(16), act, PairDropout(dropout)]
                 c = 16
             self.convs = nn.ModuleList(layers)
+            if channels_last:
+                self.convs.to(memory_format=torch.channels_last)
             with torch.no_grad():
                 n_feat = self._conv(torch.zeros(1, 2, 1, *obs_shape)).shape[-1]
             sizes = [n_feat + act_dim, hidden[0]]
@@ -123,12 +131,17 @@ class RewardNet(nn.Module):
         self.body = nn.Sequential(*body)
 
     def _conv(self, obs: torch.Tensor) -> torch.Tensor:
+        """Features (*lead, n) of frames (*lead, C, H, W). The layers run on one (N, C, H, W)
+        batch (channels-last: oneDNN's fast layout, above all for the first layer's weight
+        gradient); dropout sees the pair axis again, to share its mask within a pair."""
         lead = obs.shape[:-3]
-        x = obs
+        x = obs.reshape(-1, *obs.shape[-3:])
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         for layer in self.convs:
-            if isinstance(layer, nn.Conv2d):  # convolutions want (N, C, H, W)
-                y = layer(x.reshape(-1, *x.shape[-3:]))
-                x = y.reshape(*lead, *y.shape[1:])
+            if isinstance(layer, PairDropout):
+                if layer.training and layer.p > 0:
+                    x = layer(x.reshape(*lead, *x.shape[1:])).reshape(-1, *x.shape[1:])
             else:
                 x = layer(x)
         return x.reshape(*lead, -1)
@@ -154,8 +167,11 @@ class RewardModel:
         noise: float = 0.1,
         reward_std: float = 1.0,
         rng: np.random.Generator | None = None,
+        frame_stride: int = 1,
     ):
         self.obs_shape = tuple(obs_space.shape)
+        self.image = len(self.obs_shape) == 3
+        self.frame_stride = frame_stride
         self.discrete = hasattr(act_space, "n")
         self.act_space = act_space
         self.act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
@@ -170,6 +186,7 @@ class RewardModel:
         self.batch_size, self.noise, self.reward_std = batch_size, noise, reward_std
         self.rng = rng or np.random.default_rng(0)
         self.updates = 0
+        self._fused: tuple[int, FusedCNN] | None = None  # (updates when built, the fused CNNs)
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -178,9 +195,18 @@ class RewardModel:
         self.obs_rms.update(np.asarray(obs, np.float64).reshape(-1, *self.obs_shape))
 
     def encode(self, obs: np.ndarray, act: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalized observations and encoded actions (one-hot, or scaled to [-1, 1])."""
-        o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
-        o = torch.as_tensor(np.clip(o, -5, 5), dtype=torch.float32)
+        """Normalized observations and encoded actions (one-hot, or scaled to [-1, 1]).
+
+        Images are normalized in float32 by torch (a batch of 32 Atari pairs is 45M pixels:
+        NumPy's float64 took ~0.5 s of it); vectors keep the float64 path their results were
+        recorded with."""
+        if self.image:
+            mean, inv_std = self._image_stats()
+            o = torch.as_tensor(np.asarray(obs)).to(torch.float32).sub_(mean).mul_(inv_std)
+            o = o.clamp_(-5, 5)
+        else:
+            o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
+            o = torch.as_tensor(np.clip(o, -5, 5), dtype=torch.float32)
         if self.discrete:
             a = torch.nn.functional.one_hot(torch.as_tensor(act, dtype=torch.long), self.act_dim)
             a = a.float()
@@ -190,6 +216,16 @@ class RewardModel:
             a = torch.as_tensor(scaled, dtype=torch.float32).reshape(*np.shape(act)[:-1], -1)
         return o, a
 
+    def _image_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The input normalizer's mean and 1/std as float32 tensors, cached while its arrays
+        are the same objects (every update and load replaces them)."""
+        rms, cached = self.obs_rms, getattr(self, "_stats_cache", None)
+        if cached is None or cached[0] is not rms.mean or cached[1] is not rms.var:
+            mean = torch.as_tensor(rms.mean, dtype=torch.float32)
+            inv_std = torch.as_tensor(1 / np.sqrt(rms.var + 1e-8), dtype=torch.float32)
+            self._stats_cache = cached = (rms.mean, rms.var, mean, inv_std)
+        return cached[2], cached[3]
+
     # -- training ------------------------------------------------------------------------------
 
     def pair_returns(self, net: RewardNet, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
@@ -197,16 +233,29 @@ class RewardModel:
         return net(obs, act).sum(-1)
 
     def train_step(self, pairs: PairSet) -> float:
-        """One Adam step per member on a minibatch drawn with its bootstrap weights."""
+        """One Adam step per member on a minibatch drawn with its bootstrap weights.
+
+        With `frame_stride` k > 1 each minibatch sums r̂ over every k-th step of its segments,
+        from one random offset o, times k: k·Σ_{t ≡ o (mod k)} r̂_t, whose mean over the offsets
+        is the segment's return Σ_t r̂_t, so the loss's argument is an unbiased estimate of the
+        paper's at 1/k of the frames (a random temporal crop, as SURF's). With Atari's 4 stacked
+        frames, k = 4 still shows the network every frame of the segment once. Validation,
+        query selection and the policy's reward always use every step.
+        """
         losses = []
+        k_stride = self.frame_stride
+        offset = int(self.rng.integers(k_stride)) if k_stride > 1 else 0
         for k, (net, opt) in enumerate(zip(self.nets, self.opts, strict=True)):
             net.train()
             w = pairs.weights[pairs.train, k]
             if w.sum() == 0:
                 continue
             idx = self.rng.choice(pairs.train, size=self.batch_size, p=w / w.sum())
-            obs, act, mu = pairs.batch(idx, self)
-            loss = preference_loss(self.pair_returns(net, obs, act), mu, self.noise).mean()
+            obs, act, mu = pairs.batch(idx, self, offset, k_stride)
+            returns = self.pair_returns(net, obs, act)
+            if k_stride > 1:
+                returns = returns * k_stride
+            loss = preference_loss(returns, mu, self.noise).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -220,13 +269,14 @@ class RewardModel:
         losses, accs = np.zeros(len(self.nets)), np.full(len(self.nets), np.nan)
         if len(idx) == 0:
             return np.full(len(self.nets), np.nan), accs
-        for start in range(0, len(idx), 256):
-            chunk = idx[start : start + 256]
+        step = 16 if self.image else 256  # 16 Atari pairs are 800 frames, 90 MB as floats
+        for start in range(0, len(idx), step):
+            chunk = idx[start : start + step]
             obs, act, mu = pairs.batch(chunk, self)
             clear = mu != 0.5
-            for k, net in enumerate(self.nets):
-                net.eval()
-                ret = self.pair_returns(net, obs, act)
+            rets = self._all_members(obs, act).sum(-1)  # (members, B, 2)
+            for k in range(len(self.nets)):
+                ret = rets[k]
                 losses[k] += float(preference_loss(ret, mu, self.noise).sum())
                 right = ((ret[:, 0] > ret[:, 1]).float() == mu)[clear]
                 accs[k] = (0 if np.isnan(accs[k]) else accs[k]) + float(right.sum())
@@ -249,27 +299,48 @@ class RewardModel:
     @torch.no_grad()
     def calibrate(self, obs: np.ndarray, act: np.ndarray) -> None:
         """Per-member output offset and scale over recent experience (obs, act)."""
-        o, a = self.encode(obs, act)
-        for k, net in enumerate(self.nets):
-            net.eval()
-            r = net(o, a).numpy()
+        for k, r in enumerate(self.raw_outputs(obs, act).numpy()):
             self.out_mean[k], self.out_std[k] = r.mean(), max(r.std(), 1e-6)
+
+    @torch.no_grad()
+    def raw_outputs(self, obs: np.ndarray, act: np.ndarray) -> torch.Tensor:
+        """(members, *lead) raw outputs for raw inputs (*lead, ...), encoded in chunks of the
+        first axis small enough that images stay ~100 MB as floats."""
+        per_item = int(np.prod(np.shape(obs)[1:])) // max(1, int(np.prod(self.obs_shape)))
+        step = max(1, 1024 // max(1, per_item)) if self.image else len(obs) or 1
+        out = []
+        for start in range(0, max(len(obs), 1), step):
+            o, a = self.encode(obs[start : start + step], act[start : start + step])
+            out.append(self._all_members(o, a))
+        return out[0] if len(out) == 1 else torch.cat(out, 1)
+
+    def _all_members(self, o: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """(members, *lead) raw outputs in eval mode for encoded inputs (*lead, ...). CNN
+        ensembles go through `FusedCNN` (built again after training steps), MLPs member by
+        member (the path their recorded results used)."""
+        if not self.image:
+            out = []
+            for net in self.nets:
+                net.eval()
+                out.append(net(o, a))
+            return torch.stack(out)
+        if self._fused is None or self._fused[0] != self.updates:
+            for net in self.nets:
+                net.eval()
+            self._fused = (self.updates, FusedCNN(self.nets))
+        return self._fused[1](o, a)
 
     # -- using it ------------------------------------------------------------------------------
 
     @torch.no_grad()
     def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         """(members, N) normalized rewards of N steps."""
-        o, a = self.encode(obs, act)
         fused = getattr(self, "fused", None)
         if fused is not None:
+            o, a = self.encode(obs, act)
             raw = fused(torch.cat([o, a], -1)).numpy()
         else:
-            raw = []
-            for net in self.nets:
-                net.eval()
-                raw.append(net(o, a).numpy())
-            raw = np.stack(raw)
+            raw = self.raw_outputs(obs, act).numpy()
         return (raw - self.out_mean[:, None]) / self.out_std[:, None]
 
     def reward(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
@@ -284,13 +355,8 @@ class RewardModel:
         """
         obs = np.stack([left[0], right[0]], 1)
         act = np.stack([left[1], right[1]], 1)
-        o, a = self.encode(obs, act)
-        probs = []
-        for net in self.nets:
-            net.eval()
-            ret = self.pair_returns(net, o, a)
-            probs.append(torch.sigmoid(ret[:, 0] - ret[:, 1]).numpy())
-        return np.var(np.stack(probs), 0)
+        ret = self.raw_outputs(obs, act).sum(-1)  # (members, B, 2)
+        return np.var(torch.sigmoid(ret[..., 0] - ret[..., 1]).numpy(), 0)
 
     def snapshot(self) -> RewardModel:
         """A frozen copy for the policy's env wrapper (another thread may go on training)."""
@@ -300,6 +366,8 @@ class RewardModel:
         twin.obs_rms = copy.deepcopy(self.obs_rms)
         twin.out_mean, twin.out_std = self.out_mean.copy(), self.out_std.copy()
         twin.fused = None if twin.nets[0].image else FusedMLP(twin.nets)
+        twin._fused = (twin.updates, FusedCNN(twin.nets)) if twin.image else None
+        twin._stats_cache = None
         return twin
 
     def state_dict(self) -> dict:
@@ -319,6 +387,7 @@ class RewardModel:
         self.obs_rms.load_state_dict(state["obs_rms"])
         self.out_mean, self.out_std = np.array(state["out_mean"]), np.array(state["out_std"])
         self.updates = int(state["updates"])
+        self._fused = None
 
 
 class FusedMLP:
@@ -341,13 +410,60 @@ class FusedMLP:
         ]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, in) -> (members, N)."""
-        h = x.expand(len(self.weights[0]), -1, -1)
+        """(N, in) -> (members, N), or per-member inputs (members, N, in) -> (members, N)."""
+        h = x.expand(len(self.weights[0]), -1, -1) if x.dim() == 2 else x
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = torch.baddbmm(b, h, w)
             if i < len(self.weights) - 1:
                 h = torch.nn.functional.leaky_relu(h, 0.01)
         return h.squeeze(-1)
+
+
+class FusedCNN:
+    """The members' CNNs in eval mode as one network (inference only: the policy's reward,
+    calibration, validation and query selection).
+
+    Batchnorm in eval mode is an affine map per channel, folded into the convolution before it
+    (w·γ/√(v + ε), (b − m)·γ/√(v + ε) + β); dropout is the identity. The first layer's members
+    all read the same frames, so their filters are concatenated into one convolution with
+    members × 16 outputs; the later layers are grouped convolutions (one group per member),
+    and the dense layers `FusedMLP`'s batched matmuls. So the whole ensemble is four
+    convolutions and two matmuls per batch, whatever the number of members, instead of
+    members × 13 modules (equal to the members one by one up to float rounding; tested).
+    """
+
+    def __init__(self, nets: list[RewardNet]):
+        self.members = len(nets)
+        self.channels_last = nets[0].channels_last
+        self.layers: list[tuple[torch.Tensor, torch.Tensor, int, int]] = []
+        convs = [[m for m in n.convs if isinstance(m, nn.Conv2d)] for n in nets]
+        norms = [[m for m in n.convs if isinstance(m, nn.BatchNorm2d)] for n in nets]
+        for i in range(len(convs[0])):
+            ws, bs = [], []
+            for conv, bn in zip((c[i] for c in convs), (b[i] for b in norms), strict=True):
+                scale = bn.weight.detach() / torch.sqrt(bn.running_var + bn.eps)
+                ws.append(conv.weight.detach() * scale[:, None, None, None])
+                bs.append((conv.bias.detach() - bn.running_mean) * scale + bn.bias.detach())
+            w = torch.cat(ws)
+            if self.channels_last:
+                w = w.contiguous(memory_format=torch.channels_last)
+            groups = 1 if i == 0 else self.members
+            self.layers.append((w, torch.cat(bs), convs[0][i].stride[0], groups))
+        self.mlp = FusedMLP(nets)
+
+    def __call__(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """Encoded frames (*lead, C, H, W) and actions (*lead, A) -> (members, *lead)."""
+        lead = obs.shape[:-3]
+        x = obs.reshape(-1, *obs.shape[-3:])
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        for w, b, stride, groups in self.layers:
+            x = nn.functional.conv2d(x, w, b, stride, groups=groups)
+            x = nn.functional.leaky_relu(x, 0.01)
+        n, m = x.shape[0], self.members
+        feat = x.reshape(n, m, -1).transpose(0, 1)  # each member's (C, H, W) flattened
+        a = act.reshape(n, -1).expand(m, n, -1)
+        return self.mlp(torch.cat([feat, a], -1)).reshape(m, *lead)
 
 
 class PairSet:
@@ -404,17 +520,23 @@ class PairSet:
     def val(self) -> np.ndarray:
         return np.flatnonzero(self.is_val)
 
-    def batch(self, idx, model: RewardModel):
-        """(obs (B, 2, L, ...), actions, mu (B,)) tensors for pairs `idx`, encoded by `model`."""
+    def batch(self, idx, model: RewardModel, offset: int = 0, stride: int = 1):
+        """(obs (B, 2, L, ...), actions, mu (B,)) tensors for pairs `idx`, encoded by `model`;
+        with `stride` > 1 only steps offset, offset + stride, ... of each segment."""
+        steps = slice(offset, None, stride)
         obs = np.stack(
             [
-                np.stack([self.segments[self.left[i]][0], self.segments[self.right[i]][0]])
+                np.stack(
+                    [self.segments[self.left[i]][0][steps], self.segments[self.right[i]][0][steps]]
+                )
                 for i in idx
             ]
         )
         act = np.stack(
             [
-                np.stack([self.segments[self.left[i]][1], self.segments[self.right[i]][1]])
+                np.stack(
+                    [self.segments[self.left[i]][1][steps], self.segments[self.right[i]][1][steps]]
+                )
                 for i in idx
             ]
         )
