@@ -716,3 +716,22 @@ def test_the_long_phases_show_in_the_plain_progress_output(cli):
         assert f"seed 0: {phase}" in out.stderr, out.stderr
     record = json.loads(cli("show", "last", "--json").stdout)
     assert "phase" not in record["seeds"][0] and record["seeds"][0]["status"] == "finished"
+
+
+def test_stacked_frames_keep_one_copy_of_each_frame_and_give_the_observations_back():
+    from backflip.prefs.reward_model import StackedFrames
+
+    rng = np.random.default_rng(0)
+    stream = rng.integers(0, 256, (28, 84, 84), dtype=np.uint8)  # 25 steps of 4 stacked frames
+    obs = np.stack([stream[t : t + 4] for t in range(25)])
+    kept = StackedFrames(obs)
+    assert kept.frames.shape == (28, 84, 84) and kept.raw is None
+    assert np.array_equal(kept.obs, obs) and np.array_equal(kept.obs[1::4], obs[1::4])
+    broken = obs.copy()
+    broken[3, 0, 0, 0] ^= 1  # not a frame stack any more: kept as it is
+    assert StackedFrames(broken).frames is None
+    assert np.array_equal(StackedFrames(broken).obs, broken)
+    vectors = rng.random((25, 2))
+    assert StackedFrames(vectors).obs is vectors or np.array_equal(
+        StackedFrames(vectors).obs, vectors
+    )

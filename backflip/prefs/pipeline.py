@@ -433,7 +433,8 @@ class Pipeline:
     # -- the policy's side ---------------------------------------------------------------------
 
     def reward(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        return self.snap.reward(obs, actions)
+        with self.run.tel.timer("prefs_reward"):
+            return self.snap.reward(obs, actions)
 
     def episode_reset(self) -> None:
         n = len(self.recorder.buf) if self.recorder else 0
@@ -442,12 +443,13 @@ class Pipeline:
     def on_step(self, obs, actions, true_reward, reward, valid, done) -> None:
         """One vector step of the policy's training envs (called by `LearnedReward`)."""
         self.step += len(valid)
-        segs = self.recorder.add(obs, actions, true_reward, valid, done, self.step)
-        if segs:
-            with self.lock:
-                self.store.add(segs)
-                if not self.frozen:
-                    self.model.observe(np.concatenate([s.obs for s in segs]))
+        with self.run.tel.timer("prefs_segments"):
+            segs = self.recorder.add(obs, actions, true_reward, valid, done, self.step)
+            if segs:
+                with self.lock:
+                    self.store.add(segs)
+                    if not self.frozen:
+                        self.model.observe(np.concatenate([s.obs for s in segs]))
         self.ep_pred += np.where(valid, reward, 0.0)
         self.ep_true += np.where(valid, true_reward, 0.0)
         for i in np.flatnonzero(done & valid):
@@ -461,7 +463,8 @@ class Pipeline:
         if self.cfg.mode == "sync":
             if self.step >= self.next_tick:
                 self.next_tick += self.cfg.tick_steps
-                self.tick()
+                with self.run.tel.timer("prefs_train"):
+                    self.tick()
                 self.publish()
         elif time.monotonic() - self._last_publish > self.cfg.log_every_s:
             self.publish()
