@@ -376,6 +376,12 @@ def frozen_copy(net: nn.Module) -> nn.Module:
     return target
 
 
+def params_vector(params) -> torch.Tensor:
+    """The parameters as one vector, in each tensor's logical order: torch's
+    `parameters_to_vector`, which `view`s each tensor and so refuses a channels-last weight."""
+    return torch.cat([p.reshape(-1) for p in params])
+
+
 def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     """The global L2 norm of the gradients of `params` (a 0-d tensor; no host sync)."""
     return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])

@@ -57,7 +57,7 @@ from torch.nn import functional as F
 from backflip.algos.common import Agent, log_recent_env_stats
 from backflip.buffers import ReplayBuffer
 from backflip.config import TrainConfig
-from backflip.nets import encoder, frozen_copy, mlp, polyak_update
+from backflip.nets import encoder, frozen_copy, mlp, params_vector, polyak_update
 from backflip.seedrun import SeedRun
 
 ACTION_SPACES = ("discrete",)
@@ -255,7 +255,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = nn.utils.clip_grad_norm_(params, max_norm)  # the norm before clipping
-        theta0 = nn.utils.parameters_to_vector(params).detach() if measure_ratio else None
+        theta0 = params_vector(params).detach() if measure_ratio else None
         opt.step()
         if diag:
             with torch.no_grad():
@@ -270,7 +270,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                     }
                 )
                 if theta0 is not None:  # the size of one step, sampled once per metrics row
-                    theta = nn.utils.parameters_to_vector(params)
+                    theta = params_vector(params)
                     tel.log(
                         **{"train/update_ratio": float((theta - theta0).norm() / theta0.norm())}
                     )

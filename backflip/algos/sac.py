@@ -40,6 +40,7 @@ from backflip.nets import (
     frozen_copy,
     grad_norm,
     mlp,
+    params_vector,
     polyak_update,
     squashed_gaussian_sample,
     to_bounds,
@@ -245,7 +246,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         critic_loss.backward()
         critic_opt.step()
         # -- actor, against the updated critics -----------------------------------------------
-        theta0 = nn.utils.parameters_to_vector(actor_params).detach() if measure_ratio else None
+        theta0 = params_vector(actor_params).detach() if measure_ratio else None
         critic.requires_grad_(False)  # the actor needs dQ/da only
         actor_loss = (alpha * logp - critic(b.obs, pi).min(0).values).mean()
         actor_opt.zero_grad(set_to_none=True)
@@ -272,7 +273,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                 if cfg.autotune_alpha:
                     tel.store(**{"train/alpha_loss": alpha_loss.detach()})
                 if theta0 is not None:  # the size of one actor step, once per metrics row
-                    theta = nn.utils.parameters_to_vector(actor_params)
+                    theta = params_vector(actor_params)
                     ratio = float((theta - theta0).norm() / theta0.norm())
                     tel.log(**{"train/update_ratio": ratio})
                     measure_ratio = False

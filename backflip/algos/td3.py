@@ -32,7 +32,15 @@ from torch import nn
 from backflip.algos.common import Agent, EpisodeStats, log_recent_env_stats
 from backflip.buffers import ReplayBuffer
 from backflip.config import TrainConfig
-from backflip.nets import QCritics, frozen_copy, grad_norm, mlp, polyak_update, to_bounds
+from backflip.nets import (
+    QCritics,
+    frozen_copy,
+    grad_norm,
+    mlp,
+    params_vector,
+    polyak_update,
+    to_bounds,
+)
 from backflip.seedrun import SeedRun
 
 ACTION_SPACES = ("box",)
@@ -222,7 +230,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         if updates % cfg.policy_delay:
             return
         # -- delayed actor and target update ---------------------------------------------------
-        theta0 = nn.utils.parameters_to_vector(actor_params).detach() if measure_ratio else None
+        theta0 = params_vector(actor_params).detach() if measure_ratio else None
         critic.requires_grad_(False)  # the actor needs dQ/da only
         pi = actor(b.obs)
         actor_loss = -critic.qs[0](torch.cat([b.obs, pi], -1)).mean()
@@ -242,7 +250,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                     }
                 )
                 if theta0 is not None:  # the size of one actor step, once per metrics row
-                    theta = nn.utils.parameters_to_vector(actor_params)
+                    theta = params_vector(actor_params)
                     tel.log(
                         **{"train/update_ratio": float((theta - theta0).norm() / theta0.norm())}
                     )
