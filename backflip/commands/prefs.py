@@ -37,6 +37,12 @@ def _common(p) -> None:
     p.add_argument("--labeler", choices=("synthetic", "human"), help="default synthetic")
     p.add_argument("--labels", type=int, metavar="N", help="labels to ask for in all (the cap)")
     p.add_argument(
+        "--preset",
+        choices=("cpu", "paper"),
+        help="the env's settings: cpu (sized for a CPU) or paper (Christiano et al.'s, GPU-scale; "
+        "Atari only); default paper with --set device=cuda where there is one, else cpu",
+    )
+    p.add_argument(
         "--prefs", metavar="FROM_RUN", help="start from the labels in FROM_RUN's database"
     )
     add_seed_args(p)
@@ -64,7 +70,7 @@ def build(args, home):
     from backflip.config import _build, load_config_file, parse_sets, resolve
     from backflip.errors import UserError
     from backflip.prefs.pipeline import PrefsConfig
-    from backflip.prefs.presets import PRESETS
+    from backflip.prefs.presets import PAPER, preset_for
     from backflip.runs.archive import load_run, resolve_run
 
     stage = {"train": "full", "gather": "gather", "pretrain": "pretrain"}[args.stage]
@@ -76,16 +82,26 @@ def build(args, home):
         if source is None:
             raise UserError("prefs pretrain needs --prefs FROM_RUN (the labels to fit)")
         env = env or load_run(source)["config"]["env_id"]
-    preset = PRESETS.get(env, {})
     file_values = load_config_file(args.config) if args.config else {}
     file_prefs = file_values.pop("prefs", {}) or {}
     sets = parse_sets(args.sets)
     set_prefs = {k[6:]: v for k, v in sets.items() if k.startswith("prefs.")}
     sets = {k: v for k, v in sets.items() if not k.startswith("prefs.")}
+    device = str(sets.get("device", file_values.get("device", "cpu")))
+    name = (
+        getattr(args, "preset", None)
+        or set_prefs.pop("preset", None)
+        or file_prefs.pop("preset", None)
+        or ("paper" if device.startswith("cuda") and env in PAPER else "cpu")
+    )
+    set_prefs.pop("preset", None)
+    file_prefs.pop("preset", None)
+    preset = preset_for(env, name)
     policy_preset = dict(preset.get("policy", {}).get(algo, {}))
     steps = args.steps or file_values.pop("steps", None) or preset.get("steps")
     cfg = resolve(algo, env, seeds_from(args), steps, {**policy_preset, **file_values}, sets)
     values = {**preset.get("prefs", {}), **file_prefs, **set_prefs, "stage": stage}
+    values["preset"] = name
     if stage == "full" and frozen is not None:
         values["stage"] = "policy"
     for flag, key in (("labeler", "labeler"), ("labels", "labels")):
@@ -137,6 +153,14 @@ def run(args) -> int:
             print(f"  prefs.{name} = {getattr(pcfg, name)!r}  ({tp}) {doc}")
         return 0
     ask_task(pcfg, sys.stdin.isatty() and not args.json)
+    from backflip.prefs.presets import PAPER
+
+    if cfg.env_id in PAPER:
+        other = {"cpu": "the paper's GPU-scale settings: --preset paper", "paper": "--preset cpu"}
+        print(
+            f"preset {pcfg.preset} for {cfg.env_id} ({other[pcfg.preset]}; docs/preferences.md)",
+            file=sys.stderr,
+        )
     if pcfg.mode == "async":
         print(
             "note: prefs.mode=async trains the reward model beside the policy in a second "

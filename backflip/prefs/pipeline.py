@@ -60,6 +60,8 @@ PROGRESS_EVERY_S = 2.0  # a long phase's progress goes to the seed's status at m
 class PrefsConfig:
     """Preference-learning settings (`--set prefs.KEY=VALUE`)."""
 
+    preset: str = "cpu"
+    """the env's preset these settings start from: cpu, or paper (GPU-scale; `--preset`)"""
     labels: int = 500
     """total labels to ask for (the cap), the initial ones included"""
     labeler: str = "synthetic"
@@ -142,6 +144,7 @@ class PrefsConfig:
 
     def __post_init__(self):
         checks = {
+            "prefs.preset must be cpu or paper": self.preset in ("cpu", "paper"),
             "prefs.labels must be >= 0": self.labels >= 0,
             "prefs.labeler must be synthetic or human": self.labeler in ("synthetic", "human"),
             f"prefs.stage must be one of {', '.join(STAGES)}": self.stage in STAGES,
