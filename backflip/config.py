@@ -51,6 +51,9 @@ class RunOptions:
     """compute and write diagnostics (off only to measure what logging costs)"""
     log_every: int = 0
     """env steps between metric rows (PPO, VPG, DQN, DDPG, TD3, SAC; 0: 1000)"""
+    max_wall_s: float = 0.0
+    """stop training once the seed has run this many seconds (checked at each metrics row), then
+    evaluate and finish as at the end of the budget (0: no limit); for runs of a fixed duration"""
 
     def __post_init__(self):
         _require(self.eval_episodes >= 1, "eval_episodes must be >= 1")
@@ -58,6 +61,7 @@ class RunOptions:
         _require(self.checkpoint_every >= 0, "checkpoint_every must be >= 0")
         _require(self.video_every >= 0, "video_every must be >= 0")
         _require(self.log_every >= 0, "log_every must be >= 0")
+        _require(self.max_wall_s >= 0, "max_wall_s must be >= 0")
         _require(
             self.device in ("cpu", "cuda") or self.device.startswith("cuda:"),
             f"device must be cpu or cuda[:N], got {self.device!r}",

@@ -177,7 +177,8 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
             train_seed(cfg, job.config["prefs"], run)
         else:
             spec.train(cfg.hp, run)
-        status["status"] = "interrupted" if run.stopping and not run.solved else "finished"
+        stopped = run.stopping and not (run.solved or run.timed_out)
+        status["status"] = "interrupted" if stopped else "finished"
     except KeyboardInterrupt:
         status["status"] = "interrupted"
     except NonFiniteError as e:
