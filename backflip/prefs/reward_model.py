@@ -75,6 +75,14 @@ class PairDropout(nn.Module):
             return x
         if x.dim() < 2 or x.shape[1] != 2:
             raise ValueError("PairDropout in training mode expects (B, 2, ...) pairs")
+        if x.dim() == 6 and x.stride(3) == 1 and x.shape[3] > 1:
+            # channels-last feature maps (B, 2, L, C, H, W): draw the mask in the same layout
+            # and scale it, so the product keeps that layout (no copies around the convolutions)
+            b, _, length, c, h, w = x.shape
+            u = torch.rand(b, 1, length, h, w, c, dtype=x.dtype, device=x.device)
+            keep = u.movedim(-1, 3) >= self.p
+            self.last_mask = keep
+            return x * keep.to(x.dtype).mul_(1 / (1 - self.p))
         keep = torch.rand_like(x[:, :1]) >= self.p
         self.last_mask = keep
         return x * keep / (1 - self.p)
@@ -200,10 +208,12 @@ class RewardModel:
         Images are normalized in float32 by torch (a batch of 32 Atari pairs is 45M pixels:
         NumPy's float64 took ~0.5 s of it); vectors keep the float64 path their results were
         recorded with."""
-        if self.image:
+        if self.image:  # channels-last: the frames are permuted once, as uint8 (4x less to move)
             mean, inv_std = self._image_stats()
-            o = torch.as_tensor(np.asarray(obs)).to(torch.float32).sub_(mean).mul_(inv_std)
-            o = o.clamp_(-5, 5)
+            raw = torch.as_tensor(np.asarray(obs))
+            lead, frame = raw.shape[:-3], raw.shape[-3:]
+            o = raw.reshape(-1, *frame).contiguous(memory_format=torch.channels_last)
+            o = o.to(torch.float32).sub_(mean).mul_(inv_std).clamp_(-5, 5).view(*lead, *frame)
         else:
             o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
             o = torch.as_tensor(np.clip(o, -5, 5), dtype=torch.float32)
@@ -221,8 +231,10 @@ class RewardModel:
         are the same objects (every update and load replaces them)."""
         rms, cached = self.obs_rms, getattr(self, "_stats_cache", None)
         if cached is None or cached[0] is not rms.mean or cached[1] is not rms.var:
-            mean = torch.as_tensor(rms.mean, dtype=torch.float32)
-            inv_std = torch.as_tensor(1 / np.sqrt(rms.var + 1e-8), dtype=torch.float32)
+            cl = torch.channels_last  # (1, C, H, W) in the layout of the batches they meet
+            mean = torch.as_tensor(rms.mean, dtype=torch.float32)[None].contiguous(memory_format=cl)
+            inv_std = torch.as_tensor(1 / np.sqrt(rms.var + 1e-8), dtype=torch.float32)[None]
+            inv_std = inv_std.contiguous(memory_format=cl)
             self._stats_cache = cached = (rms.mean, rms.var, mean, inv_std)
         return cached[2], cached[3]
 
