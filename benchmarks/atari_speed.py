@@ -96,13 +96,21 @@ def summarize(name: str, record: dict) -> dict:
 
 
 def show(s: dict) -> None:
-    p = s["parts_s"]
-    busy = sum(p.values()) or 1.0
-    where = ", ".join(f"{k} {v / busy:.0%}" for k, v in p.items() if v > 0)
+    p, n = s["parts_s"], max(1, s["steady_steps"])
+    nested = p["prefs_reward"] + p["prefs_segments"] + p["prefs_train"]  # inside the rollout
+    parts = {
+        "env + policy forward": p["rollout"] - nested,
+        "PPO update": p["update"],
+        "diagnostics": p["diagnostics"],
+        "learned reward": p["prefs_reward"],
+        "segments": p["prefs_segments"],
+        "labels + reward-model training": p["prefs_train"],
+    }
+    where = ", ".join(f"{k} {v / n * 1e3:.2f}" for k, v in parts.items() if v > 0)
     print(
         f"{s['name']:9s} {s['steady_sps']:7.1f} steps/s wall, {s['steady_sps_cpu']:7.1f} per CPU "
         f"second (steady, {s['steady_steps']:,} steps; overall {s['overall_sps']:.1f}; setup "
-        f"{s['setup_s']:.0f} s) [{s['run']}]\n          time: {where}",
+        f"{s['setup_s']:.0f} s) [{s['run']}]\n          wall ms per agent step: {where}",
         flush=True,
     )
 

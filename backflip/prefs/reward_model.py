@@ -200,6 +200,13 @@ class RewardModel:
 
     def observe(self, obs: np.ndarray) -> None:
         """Update the input normalizer with a batch of raw observations (N, *obs_shape)."""
+        obs = np.asarray(obs)
+        if obs.dtype == np.uint8 and len(obs):  # frames: float64 moments without a float64 copy
+            obs = obs.reshape(-1, *self.obs_shape)  # (E[x^2] - E[x]^2 is exact enough for bytes)
+            mean = obs.mean(0, dtype=np.float64)
+            square = np.square(obs, dtype=np.uint16).mean(0, dtype=np.float64)
+            self.obs_rms.update_from_moments(mean, np.maximum(square - mean**2, 0.0), len(obs))
+            return
         self.obs_rms.update(np.asarray(obs, np.float64).reshape(-1, *self.obs_shape))
 
     def encode(self, obs: np.ndarray, act: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
