@@ -535,3 +535,37 @@ def test_a_human_run_without_a_task_statement_asks_for_one(cli, home):
     )  # fmt: skip
     assert bad.returncode == 2 and "prefs.task" in bad.stderr and "Traceback" not in bad.stderr
     assert not [p for p in home.iterdir() if p.is_dir()]
+
+
+def test_replay_relabel_recomputes_every_stored_reward():
+    from backflip.buffers import ReplayBuffer
+
+    rb = ReplayBuffer(10, (2,), (1,), seed=0)
+    for i in range(13):  # wraps around the ring
+        rb.add(
+            np.full(2, i, np.float32), np.full(1, -i, np.float32), 0.5, np.zeros(2), False, False
+        )
+    rb.relabel(lambda obs, act: obs[:, 0] * 10 + act[:, 0], chunk=3)
+    assert np.array_equal(rb.rewards, rb.obs[:, 0] * 10 + rb.actions[:, 0])
+    assert rb.rewards.dtype == np.float32 and len(rb) == 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relabel", [True, False])
+def test_an_off_policy_learner_trains_on_the_newest_reward_model(cli, relabel):
+    out = cli(
+        "prefs", "train", "sac", "--env", "Pendulum-v1", "--steps", "2400", "--labels", "30",
+        "--set", "learning_starts=400", "--set", "prefs.pretrain_updates=20",
+        "--set", "prefs.round_updates=10", "--set", "prefs.tick_steps=400",
+        "--set", "prefs.rm_updates_per_kstep=20", "--set", "eval_episodes=2",
+        "--set", f"prefs.relabel={str(relabel).lower()}", "--no-progress", "--json",
+    )  # fmt: skip
+    record = as_json(out.stdout)
+    m = read_metrics(f"{record['dir']}/seeds/0/metrics.csv")
+    rounds = m["reward_model/updates"][1][-1]
+    assert rounds > 20  # the model kept training while SAC did
+    lag, relabels = m["prefs/replay_reward_lag"][1], m["prefs/relabels"][1]
+    if relabel:  # every new model relabels the buffer before SAC's next step
+        assert relabels[-1] >= 3 and lag[-1] == 0
+    else:  # the stale rewards show in the metric the doctor reads
+        assert relabels[-1] == 0 and lag[-1] >= 3

@@ -154,6 +154,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     rb = ReplayBuffer(
         min(cfg.buffer_size, run.steps), (obs_dim,), (act_dim,), seed=run.seed, device=device
     )
+    run.register_replay(rb, lambda a: to_bounds(a, low, high))  # stores actions in [-1, 1]
     rng = np.random.default_rng(run.seed)  # exploration noise
     agent = make_agent(actor, critic, act_space, device)
 

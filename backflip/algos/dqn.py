@@ -204,6 +204,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         seed=run.seed,
         device=device,
     )
+    run.register_replay(rb)
     rng = np.random.default_rng(run.seed)  # exploration draws
     agent = make_agent(q, device)
     eps_steps = max(1, int(cfg.eps_fraction * run.steps))

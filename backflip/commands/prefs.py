@@ -82,10 +82,18 @@ def build(args, home):
     sets = parse_sets(args.sets)
     set_prefs = {k[6:]: v for k, v in sets.items() if k.startswith("prefs.")}
     sets = {k: v for k, v in sets.items() if not k.startswith("prefs.")}
+    # an algorithm's entry may set its own budget and pipeline settings (SAC needs fewer steps)
     policy_preset = dict(preset.get("policy", {}).get(algo, {}))
-    steps = args.steps or file_values.pop("steps", None) or preset.get("steps")
+    algo_steps, algo_prefs = policy_preset.pop("steps", None), policy_preset.pop("prefs", {})
+    steps = args.steps or file_values.pop("steps", None) or algo_steps or preset.get("steps")
     cfg = resolve(algo, env, seeds_from(args), steps, {**policy_preset, **file_values}, sets)
-    values = {**preset.get("prefs", {}), **file_prefs, **set_prefs, "stage": stage}
+    values = {
+        **preset.get("prefs", {}),
+        **algo_prefs,
+        **file_prefs,
+        **set_prefs,
+        "stage": stage,
+    }
     if stage == "full" and frozen is not None:
         values["stage"] = "policy"
     for flag, key in (("labeler", "labeler"), ("labels", "labels")):

@@ -125,6 +125,9 @@ class PrefsConfig:
     """path of a run whose labels (same seed, else its first) start this run (--prefs)"""
     reward_model: str = ""
     """path of a run whose saved reward model this run uses, frozen (--reward-model)"""
+    relabel: bool = True
+    """off-policy algorithms: recompute the replay buffer's rewards with each new reward model
+    (PEBBLE); false keeps the rewards of the model current when each transition was stored"""
     stall_labels_after: int = -1
     """fault injection: the labeler stops answering after this many labels (-1: never)"""
     log_every_s: float = 1.0
@@ -222,6 +225,10 @@ class Pipeline:
         self.answered = 0  # labeled + skipped queries when the database was last read
         self.ended: dict | None = None  # a person ended labeling early: when, by whom
         self.wait_s = 0.0  # time the policy spent waiting for the person
+        self.model_version = 0  # reward-model snapshots made while the policy trains
+        self.relabeled_version = 0  # the snapshot the replay buffers' rewards come from
+        self.relabels = 0
+        self.relabel_s = 0.0
         self._waiting_for: int | None = None  # labels the seed waits for, as last announced
 
     # -- labels --------------------------------------------------------------------------------
@@ -345,6 +352,7 @@ class Pipeline:
             if len(self.store):
                 self.model.calibrate(*self.store.sample_steps(2048, self.rng))
         self.snap = self.model.snapshot()
+        self.model_version += 1
         stats = {
             "reward_model/loss": float(np.nanmean(losses)),
             "reward_model/train_loss": float(train_loss.mean()),
@@ -387,6 +395,22 @@ class Pipeline:
     def reward(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         return self.snap.reward(obs, actions)
 
+    def relabel_replay(self) -> None:
+        """Recompute the rewards in the algorithm's replay buffers with the newest reward model
+        (PEBBLE): an off-policy learner must not train on the judgements of models it has
+        since replaced. Runs in the algorithm's thread, between two of its env steps."""
+        version, snap = self.model_version, self.snap
+        if version == self.relabeled_version or not self.run.replay_buffers:
+            return
+        t0 = time.perf_counter()
+        for buffer, env_action in self.run.replay_buffers:
+            buffer.relabel(
+                lambda obs, act, env_action=env_action: snap.reward(obs, env_action(act))
+            )
+        self.relabel_s += time.perf_counter() - t0
+        self.relabels += 1
+        self.relabeled_version = version
+
     def episode_reset(self) -> None:
         n = len(self.recorder.buf) if self.recorder else 0
         self.ep_pred, self.ep_true = np.zeros(n), np.zeros(n)
@@ -407,6 +431,8 @@ class Pipeline:
             self.ep_pred[i] = self.ep_true[i] = 0.0
         if self.worker_error is not None:
             raise RuntimeError("the preference worker thread failed") from self.worker_error
+        if self.cfg.relabel and self.model_version != self.relabeled_version:
+            self.relabel_replay()
         # the person's pace bounds the policy's (`answered` is refreshed before pausing)
         if self.human and self.schedule.due(self.step) - self.answered > self.cfg.max_debt:
             self.wait_for_person()
@@ -472,6 +498,7 @@ class Pipeline:
                 "prefs/db_segments": float(counts["segments"]),
                 "prefs/db_mb": self.db.size_bytes() / 2**20,
                 "prefs/wait_s": self.wait_s,
+                **self.replay_metrics(),
                 **self.rm_stats,
             }
         self._rate_last = (now, labels, added, self.segments_out)
@@ -482,6 +509,16 @@ class Pipeline:
             if len(pred) >= 3 and pred.std() > 0 and true.std() > 0:
                 out["reward_model/return_corr"] = float(np.corrcoef(pred, true)[0, 1])
         return out
+
+    def replay_metrics(self) -> dict[str, float]:
+        """Replay buffers only: how many reward-model versions behind their rewards are."""
+        if not self.run.replay_buffers:
+            return {}
+        return {
+            "prefs/replay_reward_lag": float(self.model_version - self.relabeled_version),
+            "prefs/relabels": float(self.relabels),
+            "prefs/relabel_s": self.relabel_s,
+        }
 
     def publish(self) -> None:
         """Put the current metrics into the seed's next telemetry row."""
@@ -638,6 +675,7 @@ def train_seed(cfg, prefs: dict, run) -> None:
         pipe.schedule = LabelSchedule(pcfg.labels, pipe.n_answered(), until, pcfg.label_decay)
         pipe.asked = pipe.n_answered()
         pipe.updates_done = 0
+        pipe.relabeled_version = pipe.model_version  # the replay buffers start empty
 
         def wrap(env):
             pipe.recorder = SegmentRecorder(env.num_envs, pcfg.segment_length)
