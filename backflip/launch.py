@@ -9,8 +9,10 @@ instead (`backflip/ray_backend.py`); the archive is written the same way either 
 Every seed process records its own outcome in `seeds/<seed>/status.json`, whatever happens:
 `finished`; `failed` (exception: traceback kept; killed by a signal, e.g. the out-of-memory
 killer: noticed by the parent); or `interrupted` (SIGINT/SIGTERM: the loop stops at the next
-iteration boundary, metrics are flushed and a checkpoint written; a second signal stops at once).
-Ctrl-C in the terminal reaches every process; a signal sent to the launcher alone is forwarded.
+iteration boundary, metrics are flushed and a final checkpoint written; a second signal stops at
+once). Seeds run in their own process groups, so Ctrl-C in the terminal (or `timeout -s INT`, or
+SIGTERM) reaches the launcher alone, which forwards one SIGTERM to each seed, and SIGINT on a
+second signal.
 """
 
 from __future__ import annotations
@@ -216,6 +218,11 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
 
 def _child(job: SeedJob, conn) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
+    # Out of the terminal's process group: a Ctrl-C reaches the launcher alone, which asks each
+    # seed once (SIGTERM) to stop at its next iteration with a final checkpoint, and a second
+    # Ctrl-C at once (SIGINT). In the terminal's group a seed would get the terminal's SIGINT
+    # and the launcher's SIGTERM together, take them for two requests and stop unsaved.
+    os.setpgrp()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     folder = seed_dir(Path(job.run_dir), job.seed)
     folder.mkdir(parents=True, exist_ok=True)

@@ -197,6 +197,8 @@ def execute(
     else:
         print(run_summary(record))
         print(f"archived in {record['dir']} — details: backflip show {record['id']}")
+        if record["status"] == "interrupted":
+            print(f"continue the unfinished seeds with: backflip resume {record['id']}")
     return {"finished": 0, "interrupted": 130}.get(record["status"], 1)
 
 
