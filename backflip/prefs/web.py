@@ -31,6 +31,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import numpy as np
 
+from backflip import jsonout
 from backflip.prefs import frames as frames_mod
 from backflip.prefs.db import PreferenceDB
 
@@ -190,7 +191,7 @@ def make_app(folder: str | Path):
 
         def reply(status, body, ctype="application/json", headers=()):
             if not isinstance(body, bytes):
-                body = json.dumps(body).encode()
+                body = jsonout.dumps(body).encode()
             start_response(
                 status,
                 [
