@@ -14,7 +14,7 @@ from backflip.doctor import diagnose
 from backflip.doctor.sources import resolve_target
 from backflip.runs.archive import load_run
 
-TINY = ["--steps", "2048", "--set", "epochs=2", "--no-progress"]
+TINY = ["--seeds", "1", "--steps", "2048", "--set", "epochs=2", "--no-progress"]
 
 
 def run_id(proc) -> str:
@@ -68,7 +68,7 @@ def test_doctor_json_contract_and_exit_status(cli, home, tmp_path):
 
 def test_nan_rewards_stop_the_seed_and_the_doctor_says_where(cli, home):
     proc = cli(
-        "train", "ppo", "--env", "CartPole-v1", "--steps", "4096",
+        "train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "4096",
         "--set", "env.nan_reward_at=100", "--set", "epochs=2", "--no-progress", check=False,
     )  # fmt: skip
     assert proc.returncode == 1
@@ -84,8 +84,9 @@ def test_nan_rewards_stop_the_seed_and_the_doctor_says_where(cli, home):
 
 def test_stop_on_nan_false_warns_once_and_goes_on(cli, home):
     proc = cli(
-        "train", "ppo", "--env", "CartPole-v1", "--steps", "4096", "--set", "epochs=2",
-        "--set", "env.nan_reward_at=100", "--set", "doctor.stop_on_nan=false", check=False,
+        "train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "4096",
+        "--set", "epochs=2", "--set", "env.nan_reward_at=100", "--set", "doctor.stop_on_nan=false",
+        check=False,
     )  # fmt: skip
     rid = run_id(proc)
     log = (home / rid / "seeds" / "0" / "stderr.log").read_text()
@@ -176,7 +177,7 @@ BROKEN = [
                          ids=[b[0] for b in BROKEN])  # fmt: skip
 def test_broken_run_gets_the_right_finding(cli, home, fault, env, steps, sets, rule, severity):
     # cost: 10-30 s each on an idle 2-core machine
-    args = ["train", "ppo", "--env", env, "--steps", str(steps)]
+    args = ["train", "ppo", "--env", env, "--seeds", "1", "--steps", str(steps)]
     for s in sets:
         args += ["--set", s]
     proc = cli(*args, check=False)  # progress on (not a terminal): live warnings are printed
@@ -195,7 +196,7 @@ def test_broken_run_gets_the_right_finding(cli, home, fault, env, steps, sets, r
 def test_healthy_ppo_run_has_no_error_findings(cli, home):
     # cost: ~30 s on an idle machine (CartPole, 1e5 steps). Pendulum and 3 seeds of each are
     # measured by benchmarks/doctor_calibration.py --healthy (docs/doctor.md): too slow here.
-    rid = run_id(cli("train", "ppo", "--env", "CartPole-v1", "--no-progress"))
+    rid = run_id(cli("train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--no-progress"))
     found = findings_of(home, rid)
     assert not [f for f in found.values() if f["severity"] == "error"], found
     assert not [f for f in found.values() if f["severity"] == "warning"], found

@@ -227,6 +227,8 @@ def test_mujoco_smoke_with_a_100_step_horizon(cli, home, algo, env):
         algo,
         "--env",
         env,
+        "--seeds",
+        "1",
         "--steps",
         "400",
         "--set",

@@ -1,4 +1,5 @@
-"""The UI's data layer: curves aligned over seeds, the IQM band, verdicts, artifact paths."""
+"""The UI's data layer: curves and verdicts come from `backflip.curves` and `backflip.stats` (the
+same as `backflip compare`'s), live progress, artifact paths."""
 
 from __future__ import annotations
 
@@ -8,52 +9,65 @@ import numpy as np
 import pytest
 
 from backflip import stats
+from backflip.curves import aggregate_curves, on_grid
+from backflip.ui import data
 from backflip.ui.app import is_loopback, safe_artifact
-from backflip.ui.data import align, iqm_band, verdict
 
 
-def test_iqm_band_matches_stats_on_random_data():
+def test_the_ui_has_no_statistics_of_its_own():
+    """One answer per question: the UI once had its own verdict (2,000 resamples, its own words)
+    and its own curve alignment (linear interpolation), and could disagree with `compare`."""
+    for name in ("verdict", "align", "iqm_band", "final_scores", "curve"):
+        assert not hasattr(data, name), f"backflip.ui.data.{name} duplicates stats/curves"
+
+
+def test_curve_band_matches_stats_on_random_data():
     rng = np.random.default_rng(1)
     m = rng.normal(size=(5, 30))
-    center, low, high = iqm_band(m)
+    steps = np.arange(30) * 10
+    agg = aggregate_curves([(steps, row) for row in m], points=30)
+    assert agg["step"] == steps.tolist()
     for j in range(8):
-        assert center[j] == pytest.approx(stats.iqm(m[:, j]))
+        assert agg["iqm"][j] == pytest.approx(stats.iqm(m[:, j]))
         lo, hi = stats.bootstrap_ci(m[:, j])
-        assert low[j] == pytest.approx(lo, abs=0.35) and high[j] == pytest.approx(hi, abs=0.35)
-        assert low[j] <= center[j] <= high[j]
-    # seeds logged at different steps: union grid, interpolation inside each seed's range only
-    grid, vals = align(
-        {
-            0: (np.array([0, 10, 20]), np.array([0.0, 1.0, 2.0])),
-            1: (np.array([5, 15]), np.array([5.0, 6.0])),
-        }
-    )
-    assert grid.tolist() == [0, 5, 10, 15, 20]
-    assert vals[0].tolist() == [0.0, 0.5, 1.0, 1.5, 2.0]
-    assert (
-        np.isnan(vals[1][0]) and vals[1][1:4].tolist() == [5.0, 5.5, 6.0] and np.isnan(vals[1][4])
-    )
-    # long series become buckets of means
+        assert agg["low"][j] == pytest.approx(lo, abs=0.35)
+        assert agg["high"][j] == pytest.approx(hi, abs=0.35)
+        assert agg["low"][j] <= agg["iqm"][j] <= agg["high"][j]
+
+
+def test_seeds_logged_at_different_steps_take_their_last_value_not_an_interpolation():
+    a = (np.array([0, 10, 20]), np.array([0.0, 1.0, 2.0]))
+    b = (np.array([5, 15]), np.array([5.0, 6.0]))
+    agg = aggregate_curves([a, b], points=100, per_seed=True)
+    assert agg["step"] == [0, 5, 10, 15, 20]  # few steps: every one of them
+    assert agg["values"][0] == [0.0, 0.0, 1.0, 1.0, 2.0]
+    assert agg["values"][1] == [None, 5.0, 5.0, 6.0, None]  # nothing before or after its range
+    assert agg["n"] == [1, 2, 2, 2, 1]
+    assert on_grid([a], np.array([12]))[0].tolist() == [1.0]
+    # long series: `points` evenly spaced steps
     steps = np.arange(10_000)
-    grid, vals = align({0: (steps, steps.astype(float))}, max_points=100)
-    assert len(grid) == 100 and np.allclose(vals[0], grid, atol=1)
+    agg = aggregate_curves([(steps, steps.astype(float))], points=100)
+    assert len(agg["step"]) == 100 and agg["iqm"] == [float(s) for s in agg["step"]]
+    assert agg["no_interval"] == "no interval: 1 seed" and set(agg["low"]) == {None}
 
 
 def test_verdict_states_the_numbers_and_refuses_thin_evidence():
     rng = np.random.default_rng(0)
     a, b = rng.normal(100, 10, 10).tolist(), rng.normal(150, 10, 10).tolist()
-    v = verdict(a, b, "A", "B")
-    assert v["decided"] and v["text"].startswith("B beats A: P(B>A)=1.00")
-    assert "Welch p=" in v["text"] and "10 and 10 seeds" in v["text"]
-    assert v["p_low"] > 0.5 and v["welch_p"] < 1e-6
-    v = verdict(b, a, "B", "A")
-    assert v["decided"] and v["text"].startswith("B beats A")
-    same = verdict(a, rng.normal(100, 10, 10).tolist(), "A", "C")
-    assert not same["decided"] and same["text"].startswith("insufficient evidence")
-    thin = verdict([1.0], [2.0, 3.0], "A", "B")
-    assert not thin["decided"] and "at least 2 finished seeds" in thin["text"]
-    few = verdict([1.0, 1.1, 0.9], [5.0, 5.1, 4.9], "A", "B")
-    assert "fewer than 5 seeds" in few["text"]
+    cmp = stats.compare_pair(a, b)
+    v = stats.verdict("A", "B", cmp)
+    assert stats.winner(cmp) == "b" and v.startswith("B beats A: P(B>A)=1.00")
+    assert "Welch p=" in v and "10 seeds each" in v
+    assert cmp["poi_ci"][0] > 0.5 and cmp["welch"]["p"] < 1e-6
+    assert stats.verdict("B", "A", stats.compare_pair(b, a)).startswith("B beats A")
+    same = stats.compare_pair(a, rng.normal(100, 10, 10).tolist())
+    assert stats.winner(same) is None
+    assert stats.verdict("A", "C", same).startswith("insufficient evidence")
+    thin = stats.compare_pair([1.0], [2.0, 3.0])
+    assert stats.winner(thin) is None
+    assert "[no interval: 1 seed]" in stats.verdict("A", "B", thin)
+    few = stats.summarize([1.0, 1.1, 0.9])
+    assert few["n"] == 3 and not few["trustworthy"]
 
 
 def test_safe_artifact_stays_inside_the_archive(tmp_path):

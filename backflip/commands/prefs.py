@@ -39,7 +39,8 @@ def _common(p) -> None:
     p.add_argument(
         "--prefs", metavar="FROM_RUN", help="start from the labels in FROM_RUN's database"
     )
-    add_seed_args(p)
+    # one seed by default: each seed asks for its own labels, from a person with --labeler human
+    add_seed_args(p, default=1)
     p.add_argument("--steps", type=_steps, metavar="N", help="agent steps per seed")
     p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
     p.add_argument(
