@@ -323,6 +323,8 @@ def small_run(cli, *extra, steps=4096, labels=40):
         "eval_episodes=2",
         "--set",
         "env.max_episode_steps=100",  # short episodes: returns to correlate within the budget
+        "--seeds",
+        "1",
         "--no-progress",
         "--json",
         *extra,
@@ -418,6 +420,8 @@ def test_async_mode_and_split_stages(cli):
         "MovingDotLowDim-v0",
         "--labels",
         "30",
+        "--seeds",
+        "1",
         "--json",
         "--no-progress",
     )
@@ -430,6 +434,8 @@ def test_async_mode_and_split_stages(cli):
             gid,
             "--set",
             "prefs.pretrain_updates=20",
+            "--seeds",
+            "1",
             "--json",
             "--no-progress",
         ).stdout
@@ -558,7 +564,8 @@ def test_an_off_policy_learner_trains_on_the_newest_reward_model(cli, relabel):
         "--set", "learning_starts=400", "--set", "prefs.pretrain_updates=20",
         "--set", "prefs.round_updates=10", "--set", "prefs.tick_steps=400",
         "--set", "prefs.rm_updates_per_kstep=20", "--set", "eval_episodes=2",
-        "--set", f"prefs.relabel={str(relabel).lower()}", "--no-progress", "--json",
+        "--set", f"prefs.relabel={str(relabel).lower()}", "--seeds", "1", "--no-progress",
+        "--json",
     )  # fmt: skip
     record = as_json(out.stdout)
     m = read_metrics(f"{record['dir']}/seeds/0/metrics.csv")

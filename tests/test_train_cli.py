@@ -17,7 +17,7 @@ from tests.conftest import ROOT, cli_env
 TINY = ["--steps", "2048", "--set", "epochs=2", "--no-progress"]
 
 
-def test_seeds_default_to_five_where_results_get_an_interval():
+def test_seeds_default_to_five_where_results_get_an_interval(tmp_path):
     """Five seeds unless told otherwise (the statistics need them; --seeds 1 is a quick look)."""
     from backflip.cli import build_parser
 
@@ -27,8 +27,16 @@ def test_seeds_default_to_five_where_results_get_an_interval():
     assert parser.parse_args(["sweep", "ppo", *env, "--vary", "lr=auto"]).seeds == 5
     assert parser.parse_args(["ablate", "ppo", *env, "--switch", "adv_norm"]).seeds == 5
     assert parser.parse_args(["train", "ppo", *env, "--seeds", "1"]).seeds == 1
-    # each seed of a preference run asks for its own labels (from a person, with a human labeler)
-    assert parser.parse_args(["prefs", "train", "ppo", *env]).seeds == 1
+    # each seed of a preference run asks for its own labels: a person's run has 1 seed by default
+    from backflip.commands.prefs import build
+
+    def seeds(*args):
+        return build(parser.parse_args(["prefs", "train", "ppo", *args]), tmp_path)[0].seeds
+
+    assert seeds("--env", "MovingDotLowDim-v0") == [0, 1, 2, 3, 4]
+    assert seeds("--env", "MovingDotLowDim-v0", "--labeler", "human") == [0]
+    assert seeds("--env", "MovingDotLowDim-v0", "--set", "prefs.labeler=human") == [0]
+    assert seeds("--env", "MovingDotLowDim-v0", "--labeler", "human", "--seeds", "2") == [0, 1]
 
 
 def test_train_prints_run_id_first_and_summary_last_and_archives_everything(cli, home):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from backflip.commands import add_home
-from backflip.commands.train import _steps, add_seed_args, seeds_from
+from backflip.commands.train import DEFAULT_SEEDS, _steps, add_seed_args, seeds_from
 
 
 def register(sub) -> None:
@@ -40,7 +40,11 @@ def _common(p) -> None:
         "--prefs", metavar="FROM_RUN", help="start from the labels in FROM_RUN's database"
     )
     # one seed by default: each seed asks for its own labels, from a person with --labeler human
-    add_seed_args(p, default=1)
+    add_seed_args(
+        p,
+        default=None,
+        default_text="5, or 1 with --labeler human: each seed asks a person for its own labels",
+    )
     p.add_argument("--steps", type=_steps, metavar="N", help="agent steps per seed")
     p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
     p.add_argument(
@@ -87,6 +91,15 @@ def build(args, home):
     policy_preset = dict(preset.get("policy", {}).get(algo, {}))
     algo_steps, algo_prefs = policy_preset.pop("steps", None), policy_preset.pop("prefs", {})
     steps = args.steps or file_values.pop("steps", None) or algo_steps or preset.get("steps")
+    if args.seeds is None:  # the statistics want 5 seeds; a person labels each one
+        labeler = args.labeler or {
+            "labeler": "synthetic",
+            **preset.get("prefs", {}),
+            **algo_prefs,
+            **file_prefs,
+            **set_prefs,
+        }.get("labeler")
+        args.seeds = 1 if labeler == "human" else DEFAULT_SEEDS
     cfg = resolve(algo, env, seeds_from(args), steps, {**policy_preset, **file_values}, sets)
     values = {
         **preset.get("prefs", {}),

@@ -356,6 +356,8 @@ def test_keys_answer_undo_and_skip_and_the_answers_train_the_reward_model(home, 
         "prefs.pretrain_updates=10",
         "--set",
         "prefs.round_updates=10",
+        "--seeds",
+        "1",
         "--no-progress",
     )
     runs = sorted(p for p in home.iterdir() if p.is_dir() and p.name != run_id)
