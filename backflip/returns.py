@@ -43,3 +43,10 @@ def holds_learned_reward(name: str) -> bool:
     """Whether metric `name` measures the learned reward r̂ on a preference run: the training
     episodes' returns (`rollout/ep_return_*`) and per-step rewards (`env/reward_*`)."""
     return name.startswith(_LEARNED_PREFIXES)
+
+
+def training_return(config: dict | None) -> str:
+    """The series that shows a run's recent training return on the task: the true return on a
+    preference run (its `rollout/ep_return_mean` is the learned reward's), else the training
+    episodes' return."""
+    return TRUE_RETURN if is_preference_run(config) else TRAINING_RETURN
