@@ -252,3 +252,16 @@ def test_a_rule_that_crashes_becomes_an_info_finding(monkeypatch):
     monkeypatch.setattr("backflip.doctor.RULES", fmod.RULES)
     out = diagnose(data(train__approx_kl=np.full(N, 0.01)))
     assert [f.rule for f in out] == ["doctor-error"] and "ZeroDivisionError" in out[0].message
+
+
+def test_rules_about_the_learned_reward_call_it_the_learned_reward():
+    """On a preference run env/reward_* and rollout/ep_return_* hold r̂, what the policy
+    trained on: rules about its scale still read it, and say which reward they mean."""
+    big = {"env__reward_min": np.full(N, -1000.0), "env__reward_max": np.full(N, 1000.0)}
+    plain = fired(data(**big))["reward-scale"]
+    assert "per-step rewards reach" in plain.message and "learned" not in plain.message
+    prefs = data(**big)
+    prefs.learned_reward = True
+    assert "per-step learned rewards (r̂) reach" in fired(prefs)["reward-scale"].message
+    # a learned-reward return rising is no finding on an ordinary run (there is no other)
+    assert "reward-model-gamed" not in fired(data(rollout__ep_return_mean=learning_returns()))

@@ -260,3 +260,67 @@ def test_sb3_healthy_ppo_log_has_no_errors_and_reads_as_a_folder(cli, tmp_path):
     assert not [f for f in out["findings"] if f["severity"] == "error"], out["findings"]
     assert any(f["rule"] == "seed-success" for f in out["findings"])
     shutil.rmtree(tmp_path / "tb")
+
+
+# --- preference runs: the policy trains on a learned reward -------------------------------------
+
+RETURN_RULES = {
+    "entropy-flat",
+    "entropy-collapse",
+    "ep-len-collapse",
+    "losing-slower",
+    "never-better",
+    "reward-model-gamed",
+}
+
+
+def test_a_preference_run_is_judged_on_its_true_return(home):
+    """The issue's run: the learned-reward return flat and falling while the true return rose
+    42 -> 97. Read as the learned reward (the old behaviour), never-better fired."""
+    from backflip.doctor import examine
+    from backflip.doctor.series import progress
+    from tests.prefs_runs import write_preference_run
+
+    rng = np.random.default_rng(0)
+    true = np.linspace(42, 97, 100) + rng.normal(0, 3, 100)
+    learned = rng.normal(40, 25, 200) - np.linspace(0, 20, 200)
+    run_dir = write_preference_run(home, true, learned)
+    t = resolve_target(str(run_dir), home)
+    (d,) = t.runs
+    assert d.learned_reward and d.returns.mean == "prefs/true_return_mean"
+    p = progress(d)  # what every rule asking "did it improve?" sees
+    assert p.improved and p.describe().startswith("true return (prefs/true_return_mean) 4")
+    found = {f.rule: f for f in examine(t)}
+    assert "never-better" not in found and "reward-model-gamed" not in found, list(found)
+    for f in found.values():
+        if f.rule in RETURN_RULES:
+            assert "true return (prefs/true_return_mean)" in f.message, f.message
+            assert f.evidence["return_metric"] == "prefs/true_return_mean"
+    # the same files read as an ordinary run: the learned reward's episodes never get better
+    d.learned_reward = False
+    blind = {f.rule: f for f in examine(t)}["never-better"]
+    assert blind.metric == "rollout/ep_return_max" and "true return" not in blind.message
+
+
+def test_a_policy_gaming_its_reward_model_is_caught_and_named(home, tmp_path):
+    """The converse: the learned-reward return rises while the true return stays flat."""
+    from backflip.doctor import examine
+    from tests.prefs_runs import write_preference_run
+
+    rng = np.random.default_rng(1)
+    true = 42 + rng.normal(0, 3, 100)
+    learned = np.linspace(0, 300, 200) + rng.normal(0, 20, 200)
+    run_dir = write_preference_run(home, true, learned)
+    found = {f.rule: f for f in examine(resolve_target(str(run_dir), home))}
+    gamed = found["reward-model-gamed"]
+    assert gamed.severity == "warning" and gamed.metric == "prefs/true_return_mean"
+    assert "learned-reward return (rollout/ep_return_mean" in gamed.message
+    assert "but the true return (prefs/true_return_mean)" in gamed.message
+    assert gamed.evidence["learned_late"] > gamed.evidence["learned_early"] + 200
+    never = found["never-better"]
+    assert never.metric == "prefs/true_return_mean" and "true return" in never.message
+    # a seed folder without its run.json: the pipeline's prefs/* metrics say what it is
+    loose = tmp_path / "loose"
+    shutil.copytree(run_dir / "seeds" / "0", loose)
+    found = {f.rule for f in examine(resolve_target(str(loose), tmp_path))}
+    assert {"reward-model-gamed", "never-better"} <= found

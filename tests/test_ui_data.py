@@ -113,3 +113,84 @@ def test_live_progress_reads_the_last_complete_row_of_a_growing_file(tmp_path):
     step, row = last_metrics_row(path)
     assert step == 512 and row == {"time/sps": 1024.0, "time/wall_s": 5.12}
     assert last_metrics_row(tmp_path / "missing.csv") == (0, {})
+
+
+def test_a_preference_run_shows_its_true_return_first_and_labels_the_learned_reward(tmp_path):
+    """A preference run trains on r̂: its page (and its static report) opens on the task's
+    return and the reward model, and every chart of r̂ says it is the learned reward."""
+    import json
+    import re
+
+    from backflip.report import write_report
+    from backflip.returns import LEARNED_NOTE
+    from backflip.runs.archive import seed_dir, write_json
+    from backflip.ui.data import run_curves, run_detail, seed_progress
+    from tests.prefs_runs import write_preference_run
+
+    home = tmp_path / "archive"
+    home.mkdir()
+    rng = np.random.default_rng(0)
+    run_dir = write_preference_run(
+        home, np.linspace(42, 97, 50), rng.normal(40, 25, 100), seeds=(0, 1)
+    )
+    c = run_curves(run_dir)
+    assert c["preference"]
+    assert c["names"][:6] == [
+        "prefs/true_return_mean",
+        "eval/return_mean",
+        "reward_model/val_acc",
+        "reward_model/return_corr",
+        "prefs/labels",
+        "prefs/label_debt",
+    ]
+    first, *rest = c["groups"]
+    assert first["key"] == "preferences" and first["names"] == c["names"][: len(first["names"])]
+    assert {n for n in c["names"] if n.startswith(("prefs/", "reward_model/"))} <= set(
+        first["names"]
+    )
+    assert [n for g in c["groups"] for n in g["names"]] == c["names"]
+    assert not [n for g in rest for n in g["names"] if n.startswith(("prefs/", "reward_model/"))]
+    learned = [n for n in c["names"] if n.startswith(("rollout/ep_return_", "env/reward_"))]
+    assert "rollout/ep_return_mean" in learned and "env/reward_max" in learned
+    assert all(c["notes"][n] == LEARNED_NOTE for n in learned)
+    assert c["notes"]["prefs/true_return_mean"].startswith("true return")
+    assert c["notes"]["eval/return_mean"].startswith("true return")
+    assert "train/entropy_norm" not in c["notes"]
+
+    # the seeds table's recent return is the true one, also when the last row lacks it
+    status = seed_dir(run_dir, 0) / "status.json"
+    write_json(status, {"seed": 0, "status": "running", "started": "2026-01-01T00:00:00+00:00"})
+    with open(seed_dir(run_dir, 0) / "metrics.csv", "a") as f:
+        f.write("300000,1.0,rollout/ep_return_mean,-50.0\n300000,1.0,time/wall_s,9.0\n")
+    live = seed_progress(run_dir, 0, run_detail(run_dir)["progress"]["return_metric"])
+    assert live["steps"] == 300_000 and live["ret"] == 97.0
+
+    # the static report: the same page, its curves embedded
+    index = write_report([run_dir], tmp_path / "report")
+    page = (index.parent / "runs" / f"{run_dir.name}.html").read_text()
+    assert "recent true return" in page and 'id="preference-note"' in page
+    boot = json.loads(re.search(r'<script type="application/json" id="boot">(.*?)</script>',
+                                page, re.S).group(1))  # fmt: skip
+    assert boot["curves"]["names"] == c["names"] and boot["curves"]["notes"] == c["notes"]
+
+
+def test_an_ordinary_run_keeps_its_groups_and_has_no_notes(tmp_path):
+    from backflip.runs.archive import create_run, seed_dir
+    from backflip.telemetry import Telemetry
+    from backflip.ui.data import run_curves, run_detail
+
+    home = tmp_path / "archive"
+    home.mkdir()
+    config = {"algo": "ppo", "env_id": "CartPole-v1", "seeds": [0], "steps": 3000}
+    run_dir, _ = create_run(home, config, ["backflip", "train", "ppo"])
+    tel = Telemetry(seed_dir(run_dir, 0), tensorboard=False)
+    for step in (1000, 2000, 3000):
+        tel.episode(step, step / 100, 20)
+        tel.log(**{"train/approx_kl": 0.01, "eval/return_mean": step / 10})
+        tel.dump(step)
+    tel.close()
+    c = run_curves(run_dir)
+    assert not c["preference"] and c["notes"] == {} and not run_detail(run_dir)["preference"]
+    assert c["names"][0] == "eval/return_mean"
+    assert [g["key"] for g in c["groups"]][:3] == ["eval", "rollout", "train"]
+    assert [g["title"] for g in c["groups"]][:2] == ["eval/", "rollout/"]

@@ -15,11 +15,33 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from backflip import curves, stats
+from backflip.returns import (
+    EVAL_RETURN,
+    LEARNED_NOTE,
+    TRAINING_RETURN,
+    TRUE_RETURN,
+    holds_learned_reward,
+    is_preference_run,
+    training_return,
+)
 from backflip.runs.archive import load_run, read_json, seed_dir, seed_status
 
 MAX_POINTS = 600  # steps per metric sent to the run page; longer runs are sampled on a grid
 GROUP_ORDER = ("eval", "rollout", "train", "env", "time", "sys")
-PREFERRED_CURVES = ("eval/return_mean", "rollout/ep_return_mean")
+PREFERRED_CURVES = (EVAL_RETURN, TRAINING_RETURN)
+# A preference run's page opens on what tells whether it works: the task's return, then the
+# reward model (does it generalize, does it track the task?), then the labels; every other
+# prefs/ and reward_model/ chart follows in the same group, before the usual groups.
+PREFERENCE_GROUP = "preferences"
+PREFERENCE_FIRST = (
+    TRUE_RETURN,
+    EVAL_RETURN,
+    "reward_model/val_acc",
+    "reward_model/return_corr",
+    "prefs/labels",
+    "prefs/label_debt",
+)
+PREFERENCE_PREFIXES = ("prefs/", "reward_model/")
 
 
 # --- small readers ------------------------------------------------------------------------------
@@ -41,8 +63,8 @@ def tail_text(path: Path, max_lines: int = 60, max_bytes: int = 16_384) -> str:
     return "\n".join(lines[-max_lines:])
 
 
-def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
-    """(step, {name: value}) of the last complete row of a metrics.csv, read from its tail."""
+def _tail_rows(path: Path) -> dict[int, dict[str, float]]:
+    """{step: {name: value}} of the rows in the tail of a metrics.csv."""
     text = tail_text(path, max_lines=400, max_bytes=32_768)
     rows: dict[int, dict[str, float]] = {}
     for line in text.splitlines():
@@ -54,6 +76,10 @@ def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
         except ValueError:
             continue
         rows.setdefault(step, {})[parts[2]] = value
+    return rows
+
+
+def _last_complete(rows: dict[int, dict[str, float]]) -> tuple[int, dict[str, float]]:
     if not rows:
         return 0, {}
     # a row is complete once its last metric (time/wall_s) is written; the file is buffered, so
@@ -61,6 +87,17 @@ def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
     complete = [s for s, row in rows.items() if "time/wall_s" in row]
     step = max(complete) if complete else max(rows)
     return step, rows[step]
+
+
+def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
+    """(step, {name: value}) of the last complete row of a metrics.csv, read from its tail."""
+    return _last_complete(_tail_rows(path))
+
+
+def _newest(rows: dict[int, dict[str, float]], name: str) -> float | None:
+    """The newest value of `name` among `rows`: metrics not logged on every row (a preference
+    run's true return comes with the pipeline's rows) are found in an earlier one."""
+    return next((rows[s][name] for s in sorted(rows, reverse=True) if name in rows[s]), None)
 
 
 def _finite(x):
@@ -106,8 +143,9 @@ def choices(home: Path) -> dict[str, list[str]]:
 # --- progress (polled by the pages while runs are going) ------------------------------------------
 
 
-def seed_progress(run_dir: Path, seed: int) -> dict:
-    """A seed's status.json, with its latest step and return read live while it runs."""
+def seed_progress(run_dir: Path, seed: int, ret_metric: str = TRAINING_RETURN) -> dict:
+    """A seed's status.json, with its latest step and return (`ret_metric`) read live while it
+    runs."""
     from backflip.summary import status_text
 
     st = seed_status(run_dir, seed)
@@ -124,10 +162,11 @@ def seed_progress(run_dir: Path, seed: int) -> dict:
         "error": st.get("error"),
     }
     if out["status"] in ("running", "waiting"):
-        step, row = last_metrics_row(seed_dir(run_dir, seed) / "metrics.csv")
+        rows = _tail_rows(seed_dir(run_dir, seed) / "metrics.csv")
+        step, row = _last_complete(rows)
         out["steps"] = max(step, out["steps"])
         out["sps"] = _finite(row.get("time/sps"))
-        out["ret"] = _finite(row.get("rollout/ep_return_mean"))
+        out["ret"] = _finite(row.get(ret_metric, _newest(rows, ret_metric)))
         started = _parse_time(st.get("started"))
         out["wall_s"] = time.time() - started if started else None
     return out
@@ -138,7 +177,8 @@ def run_progress(run_dir: Path) -> dict:
     from backflip.summary import result_line, run_state
 
     record = load_run(run_dir)
-    seeds = [seed_progress(run_dir, s) for s in record["config"]["seeds"]]
+    ret_metric = training_return(record["config"])
+    seeds = [seed_progress(run_dir, s, ret_metric) for s in record["config"]["seeds"]]
     budget = record["config"]["steps"] * max(1, len(seeds))
     done = sum(min(s["steps"] or 0, record["config"]["steps"]) for s in seeds)
     results = record.get("results") or {}
@@ -150,6 +190,7 @@ def run_progress(run_dir: Path) -> dict:
         "steps_total": budget,
         "fraction": done / budget if budget else 0.0,
         "seeds": seeds,
+        "return_metric": ret_metric,
         "result": result_line(results) if results else None,
         "iqm": _finite(results.get("iqm")),
         "ci": [_finite(results.get("ci_low")), _finite(results.get("ci_high"))],
@@ -234,6 +275,7 @@ def run_detail(run_dir: Path) -> dict:
     results = record.get("results") or {}
     return {
         "record": record,
+        "preference": is_preference_run(record["config"]),
         "result_line": result_line(results) if results else None,
         "checkout": checkout,
         "patches": patches,
@@ -299,19 +341,79 @@ def _group_key(name: str):
     return (rank, preferred, name)
 
 
+def _in_preference_group(name: str) -> bool:
+    return name in PREFERENCE_FIRST or name.startswith(PREFERENCE_PREFIXES)
+
+
+def display_key(name: str, preference: bool):
+    """Where a metric's chart goes on a run page: the usual groups in `GROUP_ORDER`, the result
+    first; on a preference run the preference group (`PREFERENCE_FIRST`, then every other
+    prefs/ and reward_model/ chart) before them all."""
+    if preference and _in_preference_group(name):
+        first = PREFERENCE_FIRST.index(name) if name in PREFERENCE_FIRST else len(PREFERENCE_FIRST)
+        return (0, first, name)
+    return (1, *_group_key(name))
+
+
+def chart_group(name: str, preference: bool) -> str:
+    if preference and _in_preference_group(name):
+        return PREFERENCE_GROUP
+    return name.split("/", 1)[0] if "/" in name else "other"
+
+
+def chart_note(name: str, preference: bool) -> str | None:
+    """What a chart's title adds to the metric name: on a preference run, which reward a
+    return is in — the learned one r̂ the policy trained on, or the task's."""
+    if not preference:
+        return None
+    if holds_learned_reward(name):
+        return LEARNED_NOTE
+    if name == TRUE_RETURN:
+        return "true return (the task's reward), training episodes"
+    if name.startswith("eval/return_"):
+        return "true return (the task's reward), greedy evaluation"
+    return None
+
+
 def run_curves(run_dir: Path, names: list[str] | None = None) -> dict:
     """Every metric of a run (or the named ones) as curves over its seeds, in display order.
 
     Each curve is `backflip.curves`' (the alignment and IQM band of `backflip compare` and the
     plots) with every seed's values on the grid: {"step", "iqm", "low", "high", "n", "values",
-    "seeds"}, at most `MAX_POINTS` steps, values rounded to 6 significant digits.
+    "seeds"}, at most `MAX_POINTS` steps, values rounded to 6 significant digits. `groups` lists
+    the page's sections in order ({key, title, names}); `notes` adds to a chart's title what the
+    metric name does not say (on a preference run: which reward a return is in).
     """
     record = read_json(run_dir / "run.json")
     seeds = record["config"]["seeds"]
+    preference = is_preference_run(record["config"])
     all_names = curves.metric_names(run_dir, seeds)
-    wanted = sorted(all_names if names is None else all_names & set(names), key=_group_key)
+    wanted = sorted(
+        all_names if names is None else all_names & set(names),
+        key=lambda n: display_key(n, preference),
+    )
     found = curves.run_metric_curves(run_dir, seeds, wanted, points=MAX_POINTS, digits=6)
-    return {"id": record["id"], "seeds": seeds, "names": list(found), "curves": found}
+    groups: list[dict] = []
+    for n in found:
+        key = chart_group(n, preference)
+        if not groups or groups[-1]["key"] != key:
+            title = (
+                "preferences: the task's return, the reward model, the labels"
+                if key == PREFERENCE_GROUP
+                else f"{key}/"
+            )
+            groups.append({"key": key, "title": title, "names": []})
+        groups[-1]["names"].append(n)
+    notes = {n: note for n in found if (note := chart_note(n, preference))}
+    return {
+        "id": record["id"],
+        "seeds": seeds,
+        "preference": preference,
+        "names": list(found),
+        "groups": groups,
+        "notes": notes,
+        "curves": found,
+    }
 
 
 # --- comparing runs -------------------------------------------------------------------------------

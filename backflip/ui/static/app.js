@@ -160,39 +160,61 @@ function renderRunCurves(data) {
     return;
   }
   $("#plots-loading")?.remove();
-  let group = null, grid = null;
-  for (const name of data.names) {
-    const g = name.includes("/") ? name.split("/")[0] : "other";
-    if (charts[name]) {
-      charts[name].setData(rebuildData(charts[name], data.curves[name]));
-      continue;
-    }
-    if (g !== group) {
-      group = g;
-      grid = $(`.plot-group[data-group="${g}"] .grid`, box);
+  // the data layer decides the sections, their order and each chart's note (ui/data.py)
+  const notes = data.notes || {};
+  for (const group of data.groups || groupByPrefix(data.names)) {
+    let grid = $(`.plot-group[data-group="${CSS.escape(group.key)}"] .grid`, box);
+    for (const name of group.names) {
+      if (charts[name]) {
+        charts[name].setData(rebuildData(charts[name], data.curves[name]));
+        continue;
+      }
       if (!grid) {
         const sec = document.createElement("div");
-        sec.className = "plot-group"; sec.dataset.group = g;
-        sec.innerHTML = `<h3>${g}/</h3><div class="grid"></div>`;
+        sec.className = "plot-group"; sec.dataset.group = group.key;
+        const h = document.createElement("h3");
+        h.textContent = group.title;
+        grid = document.createElement("div");
+        grid.className = "grid";
+        sec.append(h, grid);
         box.appendChild(sec);
-        grid = $(".grid", sec);
       }
+      const card = document.createElement("div");
+      card.className = "plot"; card.id = slug(name);
+      const title = document.createElement("div");
+      title.className = "plot-title";
+      title.textContent = name;
+      if (notes[name]) {
+        const note = document.createElement("span");
+        note.className = "plot-note";
+        note.textContent = notes[name];
+        title.append(" ", note);
+      }
+      if (data.curves[name].no_interval) {
+        const note = document.createElement("span");
+        note.className = "muted no-interval";
+        note.textContent = ` (${data.curves[name].no_interval})`;
+        title.appendChild(note);
+      }
+      const body = document.createElement("div");
+      body.className = "plot-body";
+      card.append(title, body);
+      grid.appendChild(card);
+      charts[name] = runChart(body, name, data.curves[name], markers[name]);
+      charts[name]._curve = data.curves[name];
     }
-    const card = document.createElement("div");
-    card.className = "plot"; card.id = slug(name);
-    card.innerHTML = '<div class="plot-title"></div><div class="plot-body"></div>';
-    const title = $(".plot-title", card);
-    title.textContent = name;
-    if (data.curves[name].no_interval) {
-      const note = document.createElement("span");
-      note.className = "muted no-interval";
-      note.textContent = ` (${data.curves[name].no_interval})`;
-      title.appendChild(note);
-    }
-    grid.appendChild(card);
-    charts[name] = runChart($(".plot-body", card), name, data.curves[name], markers[name]);
-    charts[name]._curve = data.curves[name];
   }
+}
+
+function groupByPrefix(names) {
+  // curves from a server without `groups`: one section per name prefix, in the given order
+  const out = [];
+  for (const name of names) {
+    const key = name.includes("/") ? name.split("/")[0] : "other";
+    if (!out.length || out[out.length - 1].key !== key) out.push({key, title: `${key}/`, names: []});
+    out[out.length - 1].names.push(name);
+  }
+  return out;
 }
 
 function rebuildData(u, c) {
