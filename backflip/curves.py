@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from backflip import stats
-from backflip.runs.archive import seed_dir, seed_status
+from backflip.returns import TRUE_RETURN, is_preference_run
+from backflip.runs.archive import read_json, seed_dir, seed_status
 from backflip.telemetry import read_episodes, read_metrics
 
 RETURN = "return"
@@ -75,7 +76,14 @@ def seed_curve(folder: str | Path, metric: str = RETURN, window: int = 20):
 
 
 def run_seed_curves(run_dir: str | Path, seeds, metric: str = RETURN, window: int = 20):
-    """{seed: (steps, values, end)} for a run's seeds; `end` is the last step the seed reached."""
+    """{seed: (steps, values, end)} for a run's seeds; `end` is the last step the seed reached.
+
+    On a preference run the return is the task's (`prefs/true_return_mean`): its episodes.csv
+    holds the learned reward's returns (`backflip.returns`)."""
+    if metric == RETURN:
+        config = read_json(Path(run_dir) / "run.json").get("config")
+        if is_preference_run(config):
+            metric = TRUE_RETURN
     out = {}
     for seed in seeds:
         steps, values = seed_curve(seed_dir(Path(run_dir), seed), metric, window)
@@ -219,8 +227,6 @@ def run_curve(
 ) -> dict:
     """The aggregate curve of one archived run (all its seeds, or `seeds`): `aggregate_curves`'s
     dict plus `metric` and `seeds` (those that logged it)."""
-    from backflip.runs.archive import read_json
-
     run_dir = Path(run_dir)
     if seeds is None:
         seeds = read_json(run_dir / "run.json")["config"]["seeds"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from backflip.returns import TRAINING_RETURN, TRUE_RETURN
 from backflip.runs.archive import now_iso, read_json, seed_dir, write_json
 from backflip.summary import status_text
 
@@ -121,7 +122,8 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     def on_row(step, row):
         if time.monotonic() - last_sent[0] > PROGRESS_EVERY_S:
             last_sent[0] = time.monotonic()
-            send("progress", job.seed, step, row.get("time/sps"), row.get("rollout/ep_return_mean"))
+            ret = row.get(TRUE_RETURN, row.get(TRAINING_RETURN))  # a preference run: the task's
+            send("progress", job.seed, step, row.get("time/sps"), ret)
             if poll_stop is not None and poll_stop():
                 run.stopping = True
 

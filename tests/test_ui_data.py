@@ -194,3 +194,16 @@ def test_an_ordinary_run_keeps_its_groups_and_has_no_notes(tmp_path):
     assert c["names"][0] == "eval/return_mean"
     assert [g["key"] for g in c["groups"]][:3] == ["eval", "rollout", "train"]
     assert [g["title"] for g in c["groups"]][:2] == ["eval/", "rollout/"]
+
+
+def test_the_return_curve_of_a_preference_run_is_the_true_return(home):
+    # compare, diff, plots and the report take "return" from curves.py: on a preference run its
+    # episodes.csv holds the learned reward's returns (flat here), not the task's (rising)
+    from backflip.curves import run_curve
+    from tests.prefs_runs import write_preference_run
+
+    run_dir = write_preference_run(home, np.linspace(42, 97, 20), np.full(200, 5.0))
+    curve = run_curve(run_dir)
+    assert curve["seeds"] == [0]
+    values = [v for v in curve["iqm"] if v is not None]
+    assert values[0] < 50 and values[-1] > 90
