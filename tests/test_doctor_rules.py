@@ -213,6 +213,12 @@ def test_preference_rules():
     assert "reward-model-fit" in fired(data(reward_model__val_train_loss_ratio=np.full(N, 2.5)))
     corr = np.r_[np.linspace(0.2, 0.9, 30), np.linspace(0.9, 0.3, N - 30)]
     assert "reward-model-corr" in fired(data(reward_model__return_corr=corr))
+    # an off-policy learner's replay rewards: relabeled with each model (lag 0-1), or stale
+    fresh = np.r_[np.zeros(N // 2), np.tile([0.0, 1.0], N)][:N]
+    assert "stale-replay-rewards" not in fired(data(prefs__replay_reward_lag=fresh))
+    stale = fired(data(prefs__replay_reward_lag=np.floor(np.linspace(0, 8, N))))
+    assert stale["stale-replay-rewards"].severity == "warning"
+    assert stale["stale-replay-rewards"].step == STEPS[np.argmax(np.linspace(0, 8, N) >= 2)]
 
 
 def test_seed_rules_on_one_success_in_three():

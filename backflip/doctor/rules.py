@@ -1417,3 +1417,38 @@ def reward_model_gamed(d: RunData):
             "learned_late": learned.late,
         },
     )
+
+
+@rule(
+    "stale-replay-rewards",
+    row="20",
+    reads=("prefs/replay_reward_lag",),
+    threshold="an off-policy learner on a learned reward whose replay buffer's rewards were "
+    "≥ 2 reward-model versions behind the newest model on ≥ 3 rows",
+    cause="the replay buffer keeps the rewards of the reward model that was current when each "
+    "transition was stored: the learner fits Q-values to judgements the model has since "
+    "revised, a moving target no label can correct (prefs.relabel=false, or an algorithm that "
+    "does not show its buffer to run.register_replay)",
+    check_next="prefs.relabel (true by default) and whether the algorithm calls "
+    "run.register_replay; prefs/relabels should grow with reward_model/updates",
+    source="Lee, Smith & Abbeel 2021, 'PEBBLE' (relabel the replay buffer after each reward "
+    "update); docs/preferences.md",
+    live=True,
+)
+def stale_replay_rewards(d: RunData):
+    if (s := d.get("prefs/replay_reward_lag")) is None:
+        return None
+    steps, lag = finite(s)
+    stale = lag >= 2
+    if stale.sum() < 3:
+        return None
+    first = int(steps[np.argmax(stale)])
+    return Hit(
+        "warning",
+        f"the replay buffer's rewards were up to {int(lag.max())} reward-model versions old "
+        f"(from step {first:,}, on {int(stale.sum())} rows): the learner trains on stale "
+        "judgements",
+        metric="prefs/replay_reward_lag",
+        step=first,
+        evidence={"max_lag": float(lag.max()), "stale_rows": int(stale.sum())},
+    )
