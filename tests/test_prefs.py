@@ -572,7 +572,10 @@ def test_an_off_policy_learner_trains_on_the_newest_reward_model(cli, relabel):
     rounds = m["reward_model/updates"][1][-1]
     assert rounds > 20  # the model kept training while SAC did
     lag, relabels = m["prefs/replay_reward_lag"][1], m["prefs/relabels"][1]
+    rules = {f["rule"] for f in record["findings"]}
     if relabel:  # every new model relabels the buffer before SAC's next step
         assert relabels[-1] >= 3 and lag[-1] == 0
-    else:  # the stale rewards show in the metric the doctor reads
+        assert "stale-replay-rewards" not in rules
+    else:  # the stale rewards show in the metric the doctor reads, and the doctor says so
         assert relabels[-1] == 0 and lag[-1] >= 3
+        assert "stale-replay-rewards" in rules
