@@ -264,7 +264,7 @@ def test_learned_reward_wraps_training_envs_only():
     class Const:
         calls = 0
 
-        def reward(self, obs, act):
+        def reward(self, obs, act, next_obs):
             return np.full(len(act), 7.0)
 
         def episode_reset(self):
@@ -551,8 +551,8 @@ def test_replay_relabel_recomputes_every_stored_reward():
         rb.add(
             np.full(2, i, np.float32), np.full(1, -i, np.float32), 0.5, np.zeros(2), False, False
         )
-    rb.relabel(lambda obs, act: obs[:, 0] * 10 + act[:, 0], chunk=3)
-    assert np.array_equal(rb.rewards, rb.obs[:, 0] * 10 + rb.actions[:, 0])
+    rb.relabel(lambda obs, act, nxt: obs[:, 0] * 10 + act[:, 0] + nxt[:, 0], chunk=3)
+    assert np.array_equal(rb.rewards, rb.obs[:, 0] * 10 + rb.actions[:, 0])  # next_obs are 0
     assert rb.rewards.dtype == np.float32 and len(rb) == 10
 
 

@@ -69,6 +69,10 @@ class PrefsConfig:
     mode: str = "sync"
     """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a
     background thread: faster on a free core, not reproducible)"""
+    reward_input: str = "obs+action"
+    """what the reward model judges: obs+action, r̂(o_t, a_t) as in the paper; or next-obs, r̂ of
+    the state each action leads to (for tasks judged by where the agent gets: every move is
+    rewarded at once)"""
     segment_length: int = 25
     """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
     initial_frac: float = 0.25
@@ -140,6 +144,8 @@ class PrefsConfig:
             f"prefs.stage must be one of {', '.join(STAGES)}": self.stage in STAGES,
             "prefs.mode must be async or sync": self.mode in ("async", "sync"),
             "prefs.segment_length must be >= 1": self.segment_length >= 1,
+            "prefs.reward_input must be obs+action or next-obs": self.reward_input
+            in ("obs+action", "next-obs"),
             "prefs.initial_frac must be in [0, 1]": 0 <= self.initial_frac <= 1,
             "prefs.label_until must be in (0, 1]": 0 < self.label_until <= 1,
             "prefs.selection must be random or disagreement": self.selection
@@ -196,6 +202,7 @@ class Pipeline:
             noise=pcfg.noise,
             reward_std=pcfg.reward_std,
             rng=np.random.default_rng(run.seed + 104729),
+            use_actions=pcfg.reward_input == "obs+action",
         )
         self.frozen = False
         self.snap = self.model.snapshot()
@@ -392,7 +399,10 @@ class Pipeline:
 
     # -- the policy's side ---------------------------------------------------------------------
 
-    def reward(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    def reward(self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
+        """The policy's reward for taking `actions` in `obs` and reaching `next_obs`."""
+        if self.cfg.reward_input == "next-obs":
+            return self.snap.reward(next_obs, actions)
         return self.snap.reward(obs, actions)
 
     def relabel_replay(self) -> None:
@@ -403,9 +413,12 @@ class Pipeline:
         if version == self.relabeled_version or not self.run.replay_buffers:
             return
         t0 = time.perf_counter()
+        on_next = self.cfg.reward_input == "next-obs"
         for buffer, env_action in self.run.replay_buffers:
             buffer.relabel(
-                lambda obs, act, env_action=env_action: snap.reward(obs, env_action(act))
+                lambda obs, act, nxt, env_action=env_action: snap.reward(
+                    nxt if on_next else obs, env_action(act)
+                )
             )
         self.relabel_s += time.perf_counter() - t0
         self.relabels += 1

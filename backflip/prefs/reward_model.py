@@ -154,11 +154,15 @@ class RewardModel:
         noise: float = 0.1,
         reward_std: float = 1.0,
         rng: np.random.Generator | None = None,
+        use_actions: bool = True,
     ):
         self.obs_shape = tuple(obs_space.shape)
         self.discrete = hasattr(act_space, "n")
         self.act_space = act_space
-        self.act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        # without actions the model is r̂(o): a judgement of states alone (prefs.reward_input)
+        self.use_actions = use_actions
+        act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        self.act_dim = act_dim if use_actions else 0
         self.nets = [
             RewardNet(self.obs_shape, self.act_dim, hidden, dropout) for _ in range(members)
         ]
@@ -181,6 +185,8 @@ class RewardModel:
         """Normalized observations and encoded actions (one-hot, or scaled to [-1, 1])."""
         o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
         o = torch.as_tensor(np.clip(o, -5, 5), dtype=torch.float32)
+        if not self.use_actions:  # an empty action encoding: r̂(o)
+            return o, o.new_zeros((*o.shape[: o.dim() - len(self.obs_shape)], 0))
         if self.discrete:
             a = torch.nn.functional.one_hot(torch.as_tensor(act, dtype=torch.long), self.act_dim)
             a = a.float()
