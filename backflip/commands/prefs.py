@@ -1,10 +1,11 @@
-"""backflip prefs train|gather|pretrain: learning from preferences (docs/preferences.md)."""
+"""backflip prefs train|gather|pretrain|fit-teacher: learning from preferences
+(docs/preferences.md)."""
 
 from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_home
+from backflip.commands import add_home, fit_teacher
 from backflip.commands.train import DEFAULT_SEEDS, _steps, add_seed_args, seeds_from
 
 
@@ -31,10 +32,17 @@ def register(sub) -> None:
     r.add_argument("--env", metavar="ENV_ID", help="default: the env of the --prefs run")
     _common(r)
     p.set_defaults(func=run)
+    fit_teacher.register(stages)  # after the parent's default: its own `func` wins
 
 
 def _common(p) -> None:
-    p.add_argument("--labeler", choices=("synthetic", "human"), help="default synthetic")
+    p.add_argument(
+        "--labeler",
+        metavar="LABELER",
+        help="synthetic (default: the oracle on the true reward), human (the labeling page), or "
+        "one of B-Pref's simulated teachers: bpref-oracle, bpref-stoc, bpref-mistake, "
+        "bpref-skip, bpref-equal, bpref-myopic (prefs.teacher_* adjust them)",
+    )
     p.add_argument("--labels", type=int, metavar="N", help="labels to ask for in all (the cap)")
     p.add_argument(
         "--prefs", metavar="FROM_RUN", help="start from the labels in FROM_RUN's database"
@@ -148,7 +156,10 @@ def run(args) -> int:
     from backflip.runs.archive import home_dir
 
     if not args.stage:
-        print("usage: backflip prefs {train,gather,pretrain} ... (see --help)", file=sys.stderr)
+        print(
+            "usage: backflip prefs {train,gather,pretrain,fit-teacher} ... (see --help)",
+            file=sys.stderr,
+        )
         return 2
     home = home_dir(args.home, create=True)
     cfg, pcfg = build(args, home)

@@ -4,9 +4,11 @@ Three activities share the seed's process:
 
 1. the **policy** — any backflip algorithm, run unchanged by its own `train(cfg, run)`, on
    training envs wrapped by `LearnedReward` (it never sees the true reward);
-2. **labeling** — pairs of recent segments chosen on a schedule and answered by the synthetic
-   oracle at once, or queued in the database for people on the labeling page of `backflip ui`
-   (`backflip label RUN_ID`; a separate process writing to the same SQLite file);
+2. **labeling** — pairs of recent segments chosen on a schedule and answered at once by a
+   simulated teacher (`labelers.Teacher`: the oracle on the true reward, or one of B-Pref's
+   imperfect teachers; each label stores which, with its parameters), or queued in the database
+   for people on the labeling page of `backflip ui` (`backflip label RUN_ID`; a separate process
+   writing to the same SQLite file);
 3. **reward-model training** — supervised rounds on the labels in the database.
 
 With `mode=sync` (default) 2 and 3 run inline every `tick_steps` agent steps: deterministic (same
@@ -35,6 +37,7 @@ stops moving (Rahtz's starved segment queue) shows as `prefs/labels_per_s` at 0 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -46,9 +49,15 @@ import torch
 
 from backflip.errors import UserError
 from backflip.prefs.db import PreferenceDB
-from backflip.prefs.labelers import synthetic_label
+from backflip.prefs.labelers import BPREF_TEACHERS, LABELERS, Teacher
 from backflip.prefs.reward_model import PairSet, RewardModel
-from backflip.prefs.segments import LabelSchedule, SegmentRecorder, SegmentStore, select_pairs
+from backflip.prefs.segments import (
+    SELECTIONS,
+    LabelSchedule,
+    SegmentRecorder,
+    SegmentStore,
+    select_pairs,
+)
 
 STAGES = ("full", "gather", "pretrain", "policy")
 
@@ -60,7 +69,9 @@ class PrefsConfig:
     labels: int = 500
     """total labels to ask for (the cap), the initial ones included"""
     labeler: str = "synthetic"
-    """synthetic (true-return oracle) or human (the labeling page of `backflip ui`)"""
+    """synthetic (a teacher simulated on the true reward: the oracle unless prefs.teacher_* say
+    otherwise), bpref-NAME (B-Pref's teacher NAME: oracle, stoc, mistake, skip, equal, myopic;
+    prefs.teacher_* override its parameters) or human (the labeling page of `backflip ui`)"""
     task: str = ""
     """what makes a clip better, one line shown to the people labeling ("move the dot to the
     centre"); the presets have one, a human-labeled run without one asks for it"""
@@ -82,9 +93,11 @@ class PrefsConfig:
     label_decay: float = 0.25
     """tau of the decaying label rate 1/(T + tau), as a fraction of the labeling period"""
     selection: str = "random"
-    """query selection: random, or disagreement (highest ensemble variance of 10x candidates)"""
+    """query selection: random; or, among `oversample` x random candidates, disagreement (highest
+    variance across the ensemble), entropy (most uncertain mean prediction) or k-center (spread
+    over observation space; B-Pref)"""
     oversample: int = 10
-    """candidate pairs per query drawn for disagreement selection"""
+    """candidate pairs per query drawn for disagreement, entropy and k-center selection"""
     store_size: int = 1000
     """recent segments kept to draw queries from"""
     buffer_labels: int = 3000
@@ -116,7 +129,22 @@ class PrefsConfig:
     random_envs: int = 8
     """env copies for the random policy that provides the initial segments"""
     error_rate: float = 0.0
-    """synthetic labeler: probability of a uniformly random answer"""
+    """synthetic labeler: probability of a uniformly random answer (a flip with half of it)"""
+    teacher_beta: float | None = None
+    """synthetic labeler: rationality β, P(left) = sigmoid(β (R_left - R_right)) on the true
+    returns (per unit of return); unset: perfectly rational, or the bpref-NAME teacher's (stoc: 1)"""
+    teacher_gamma: float | None = None
+    """synthetic labeler: myopia γ in (0, 1], step t of H weighs γ^(H-t); unset: 1, or the
+    bpref-NAME teacher's (myopic: 0.9)"""
+    teacher_mistake: float | None = None
+    """synthetic labeler: probability ε in [0, 0.5] of flipping the answer; unset: 0, or the
+    bpref-NAME teacher's (mistake: 0.1)"""
+    teacher_skip: float | None = None
+    """synthetic labeler: ε_skip >= 0, "can't tell" when both returns are below ε_skip times an
+    average segment's (docs/preferences.md, "Teachers"); unset: 0, or bpref-skip's 0.1"""
+    teacher_equal: float | None = None
+    """synthetic labeler: ε_equal >= 0, "equally good" when the returns differ by less than
+    ε_equal times an average segment's; unset: 0, or bpref-equal's 0.1"""
     max_pending: int = 20
     """human labeler: unanswered queries kept ready in the database"""
     max_debt: int = 10
@@ -140,7 +168,8 @@ class PrefsConfig:
     def __post_init__(self):
         checks = {
             "prefs.labels must be >= 0": self.labels >= 0,
-            "prefs.labeler must be synthetic or human": self.labeler in ("synthetic", "human"),
+            "prefs.labeler must be synthetic, human or bpref-NAME with NAME one of "
+            + ", ".join(BPREF_TEACHERS): self.labeler in LABELERS,
             f"prefs.stage must be one of {', '.join(STAGES)}": self.stage in STAGES,
             "prefs.mode must be async or sync": self.mode in ("async", "sync"),
             "prefs.segment_length must be >= 1": self.segment_length >= 1,
@@ -148,12 +177,22 @@ class PrefsConfig:
             in ("obs+action", "next-obs"),
             "prefs.initial_frac must be in [0, 1]": 0 <= self.initial_frac <= 1,
             "prefs.label_until must be in (0, 1]": 0 < self.label_until <= 1,
-            "prefs.selection must be random or disagreement": self.selection
-            in ("random", "disagreement"),
+            f"prefs.selection must be one of {', '.join(SELECTIONS)}": self.selection in SELECTIONS,
+            "prefs.oversample must be >= 1": self.oversample >= 1,
             "prefs.members must be >= 1": self.members >= 1,
             "prefs.noise must be in [0, 1)": 0 <= self.noise < 1,
             "prefs.dropout must be in [0, 1)": 0 <= self.dropout < 1,
             "prefs.error_rate must be in [0, 1]": 0 <= self.error_rate <= 1,
+            "prefs.teacher_beta must be a positive number (unset for a perfectly rational "
+            "teacher)": self.teacher_beta is None or 0 < self.teacher_beta < math.inf,
+            "prefs.teacher_gamma must be in (0, 1]": self.teacher_gamma is None
+            or 0 < self.teacher_gamma <= 1,
+            "prefs.teacher_mistake must be in [0, 0.5]": self.teacher_mistake is None
+            or 0 <= self.teacher_mistake <= 0.5,
+            "prefs.teacher_skip must be >= 0": self.teacher_skip is None
+            or 0 <= self.teacher_skip < math.inf,
+            "prefs.teacher_equal must be >= 0": self.teacher_equal is None
+            or 0 <= self.teacher_equal < math.inf,
             "prefs.store_size must be >= 2": self.store_size >= 2,
             "prefs.round_updates must be >= 1": self.round_updates >= 1,
             "prefs.tick_steps must be >= 1": self.tick_steps >= 1,
@@ -167,6 +206,19 @@ class PrefsConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def teacher(self) -> Teacher:
+        """The simulated teacher of a synthetic labeler: B-Pref's named one (or the oracle) with
+        the prefs.teacher_* that are set, and `error_rate`."""
+        name = (
+            self.labeler.removeprefix("bpref-") if self.labeler.startswith("bpref-") else "oracle"
+        )
+        overrides = {
+            key: value
+            for key in ("beta", "gamma", "mistake", "skip", "equal")
+            if (value := getattr(self, f"teacher_{key}")) is not None
+        }
+        return Teacher.named(name, **overrides, error_rate=self.error_rate)
 
 
 def seed_files(run_dir: str | Path, seed: int) -> Path:
@@ -188,6 +240,7 @@ class Pipeline:
     def __init__(self, pcfg: PrefsConfig, run, obs_space, act_space, db: PreferenceDB):
         self.cfg, self.run, self.db = pcfg, run, db
         self.human = pcfg.labeler == "human"
+        self.teacher = pcfg.teacher()
         self.rng = np.random.default_rng(run.seed + 7919)
         self.share_rng = np.random.default_rng(run.seed + 15485863)  # which queries go to two
         self.model = RewardModel(
@@ -268,6 +321,12 @@ class Pipeline:
             n = min(n, self.cfg.stall_labels_after - self.asked)
             if n <= 0:
                 return 0
+        labeled = None
+        if self.cfg.selection == "k-center":  # the pairs labeled so far (as of the last round)
+            labeled = [
+                (self.pairs.segments[i][0], self.pairs.segments[j][0])
+                for i, j in zip(self.pairs.left, self.pairs.right, strict=True)
+            ]
         with self.lock:
             pairs = select_pairs(
                 self.store,
@@ -276,14 +335,27 @@ class Pipeline:
                 self.cfg.selection,
                 self.snap if self.model.updates else None,
                 self.cfg.oversample,
+                labeled,
             )
+            # skip and equal thresholds: relative to the returns of recent experience
+            thresholds = None
+            if not self.human and self.teacher.needs_reference:
+                thresholds = self.teacher.thresholds([s.true_return for s in self.store.items])
         for left, right in pairs:
             if self.human:
                 shared = self.cfg.double_share and self.share_rng.random() < self.cfg.double_share
                 self.db.add_query(left, right, self.step, self.cfg.selection, needs=1 + shared)
             else:
-                label = synthetic_label(left, right, self.cfg.error_rate, self.rng)
-                self.db.add_query(left, right, self.step, self.cfg.selection, label, "synthetic")
+                label = self.teacher.label(left, right, self.rng, thresholds)
+                self.db.add_query(
+                    left,
+                    right,
+                    self.step,
+                    self.cfg.selection,
+                    label,
+                    self.teacher.spec,
+                    skipped=label is None,
+                )
         self.asked += len(pairs)
         self.segments_out += 2 * len(pairs)
         return len(pairs)
@@ -623,6 +695,7 @@ def train_seed(cfg, prefs: dict, run) -> None:
         segment_length=pcfg.segment_length,
         labels_target=pcfg.labels,
         labeler=pcfg.labeler,
+        teacher="" if pcfg.labeler == "human" else pcfg.teacher().spec,
         task=pcfg.task,
         obs_shape=",".join(map(str, obs_space.shape)),
     )

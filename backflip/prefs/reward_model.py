@@ -181,10 +181,15 @@ class RewardModel:
         """Update the input normalizer with a batch of raw observations (N, *obs_shape)."""
         self.obs_rms.update(np.asarray(obs, np.float64).reshape(-1, *self.obs_shape))
 
+    def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        """Observations as the networks see them: normalized with the running statistics and
+        clipped to [-5, 5] (float64; also the features of k-center query selection)."""
+        o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
+        return np.clip(o, -5, 5)
+
     def encode(self, obs: np.ndarray, act: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalized observations and encoded actions (one-hot, or scaled to [-1, 1])."""
-        o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
-        o = torch.as_tensor(np.clip(o, -5, 5), dtype=torch.float32)
+        o = torch.as_tensor(self.normalize_obs(obs), dtype=torch.float32)
         if not self.use_actions:  # an empty action encoding: r̂(o)
             return o, o.new_zeros((*o.shape[: o.dim() - len(self.obs_shape)], 0))
         if self.discrete:
@@ -283,8 +288,8 @@ class RewardModel:
         return self.reward_std * self.member_rewards(obs, act).mean(0)
 
     @torch.no_grad()
-    def preference_variance(self, left, right) -> np.ndarray:
-        """Variance across members of P̂[left ≻ right] for candidate pairs (query selection).
+    def preference_probs(self, left, right) -> np.ndarray:
+        """(members, B): each member's P̂[left ≻ right] for candidate pairs (query selection).
 
         `left`, `right`: (obs (B, L, ...), actions (B, L, ...)).
         """
@@ -296,7 +301,11 @@ class RewardModel:
             net.eval()
             ret = self.pair_returns(net, o, a)
             probs.append(torch.sigmoid(ret[:, 0] - ret[:, 1]).numpy())
-        return np.var(np.stack(probs), 0)
+        return np.stack(probs)
+
+    def preference_variance(self, left, right) -> np.ndarray:
+        """Variance across members of P̂[left ≻ right] for candidate pairs (disagreement)."""
+        return np.var(self.preference_probs(left, right), 0)
 
     def snapshot(self) -> RewardModel:
         """A frozen copy for the policy's env wrapper (another thread may go on training)."""
