@@ -180,18 +180,25 @@ def fit_beta_eps(z: np.ndarray, intervals: bool = True) -> dict:
     # β: where the profile falls below the target on either side of β̂
     above = ll_grid >= target
     log_hat = math.log10(beta) if math.isfinite(beta) else math.inf
+    # (grid points between the last one below the target and β̂ are above it)
     below_hat = np.flatnonzero(~above & (log_grid < log_hat))
     if len(below_hat) == 0:
         beta_lo = 0.0
     else:
         j = int(below_hat[-1])
-        beta_lo = 10.0 ** _crossing(profile_beta, log_grid[j + 1], log_grid[j], target)
+        inside = log_grid[j + 1] if j + 1 < len(log_grid) and log_grid[j + 1] < log_hat else log_hat
+        if math.isinf(inside):  # only the rational teacher fits: the bound is the grid's top
+            beta_lo = float(betas[-1])
+        else:
+            beta_lo = 10.0 ** _crossing(profile_beta, inside, log_grid[j], target)
     above_hat = np.flatnonzero(~above & (log_grid > log_hat))
     if len(above_hat) == 0:
+        # beyond the grid's top (10^6 / median |Δ|) the teacher is as good as rational
         beta_hi = math.inf if ll_inf >= target else float(betas[-1])
     else:
         j = int(above_hat[0])
-        beta_hi = 10.0 ** _crossing(profile_beta, log_grid[j - 1], log_grid[j], target)
+        inside = log_grid[j - 1] if log_grid[j - 1] > log_hat else log_hat
+        beta_hi = 10.0 ** _crossing(profile_beta, inside, log_grid[j], target)
 
     # ε: profile over β at each ε
     def profile_eps(e: float) -> float:
