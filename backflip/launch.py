@@ -477,12 +477,13 @@ def launch_runs(
     address: str | None = None,
     rerun_of: str | None = None,
     on_created=None,
-    extra: dict | None = None,
+    extra: dict | list[dict] | None = None,
 ) -> list[dict]:
     """Archive one new run per config (TrainConfig), train all their seeds in one pool, record
     each outcome and the doctor's findings; the finished records, in order. `on_created(run_dir)`
     is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
-    every stored config (`prefs` for a preference-learning run)."""
+    every stored config (`prefs` for a preference-learning run), or, as a list, to each config
+    its own (preference runs with different pipeline settings in one pool)."""
     from backflip.runs.archive import create_run, finalize_run
 
     workers = max(1, workers or os.cpu_count() or 1)
@@ -490,9 +491,10 @@ def launch_runs(
     messages = messages or [""] * n
     tags = tags or [[] for _ in range(n)]
     labels = labels or [""] * n
+    extras = extra if isinstance(extra, list) else [extra or {}] * n
     run_dirs, jobs = [], []
-    for cfg, message, tag, label in zip(cfgs, messages, tags, labels, strict=True):
-        config = {**cfg.to_dict(), **(extra or {})}
+    for cfg, message, tag, label, more in zip(cfgs, messages, tags, labels, extras, strict=True):
+        config = {**cfg.to_dict(), **more}
         run_dir, _ = create_run(
             home,
             config,
