@@ -201,6 +201,8 @@ def main() -> None:
     ap.add_argument("--redo", action="store_true", help="run tasks already in --out again")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
+    from backflip import jsonout
+
     home = Path(args.home)
     home.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
@@ -222,7 +224,7 @@ def main() -> None:
             print(f"{task}: in {out} already (--redo to run it again)", flush=True)
             continue
         results[task] = run_task(task, args, home)
-        out.write_text(json.dumps(results, indent=2, allow_nan=False) + "\n")
+        out.write_text(jsonout.dumps(results, indent=2) + "\n")
         print(f"{task}: {results[task]['total_s']:.0f} s", flush=True)
     shown = {t: results[t] for t in args.tasks.split(",") if t in results}
     print(tables(shown, args.teachers.split(","), args.selections.split(",")))

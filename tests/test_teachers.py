@@ -448,7 +448,16 @@ def test_bad_teacher_input_is_one_line(cli):
         assert len(bad.stderr.strip().splitlines()) == 1
     plain = as_json(
         cli(
-            "train", "ppo", "--env", "CartPole-v1", "--steps", "512", "--json", "--no-progress"
+            "train",
+            "ppo",
+            "--env",
+            "CartPole-v1",
+            "--steps",
+            "512",
+            "--seeds",
+            "1",
+            "--json",
+            "--no-progress",
         ).stdout
     )
     bad = cli("prefs", "fit-teacher", plain["id"], check=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backflip.commands import add_home
+from backflip.commands import add_home, print_json
 
 
 def register(stages) -> None:
@@ -24,11 +24,8 @@ def register(stages) -> None:
 
 
 def run(args) -> int:
-    import json
-    import sys
-
     from backflip.errors import UserError
-    from backflip.prefs.teacher_fit import fit_run, format_fit, json_ready
+    from backflip.prefs.teacher_fit import fit_run, format_fit
     from backflip.runs.archive import home_dir, load_run, resolve_run, seed_dir
 
     run_dir = resolve_run(home_dir(args.home), args.run)
@@ -51,9 +48,8 @@ def run(args) -> int:
             f"run {record['id']}: no labeler can be fit — "
             + "; ".join(f"{f['who'] or 'unnamed'}: {f['reason']}" for f in fits)
         )
-    if args.json:
-        out = {"run": record["id"], "seeds": seeds, "labelers": json_ready(fits)}
-        sys.stdout.write(json.dumps(out, indent=2, allow_nan=False) + "\n")
+    if args.json:  # infinite bounds (a rational β, an open interval) become null
+        print_json({"run": record["id"], "seeds": seeds, "labelers": fits})
         return 0
     print(
         f"run {record['id']} ({record['config']['env_id']}), seeds {', '.join(map(str, seeds))}: "

@@ -349,17 +349,6 @@ def fit_run(run_dir: Path, seeds: list[int], gamma: bool = True) -> list[dict]:
     return [fit_labeler(kind, who, groups[(kind, who)], gamma) for kind, who in order]
 
 
-def json_ready(x):
-    """Infinite bounds (a rational β, an interval without end) as None: strict JSON."""
-    if isinstance(x, dict):
-        return {k: json_ready(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [json_ready(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def _num(x: float, digits: int = 3) -> str:
     return "∞" if math.isinf(x) else f"{x:.{digits}g}"
 
