@@ -343,8 +343,11 @@ class Pipeline:
                 thresholds = self.teacher.thresholds([s.true_return for s in self.store.items])
         for left, right in pairs:
             if self.human:
-                shared = self.cfg.double_share and self.share_rng.random() < self.cfg.double_share
-                self.db.add_query(left, right, self.step, self.cfg.selection, needs=1 + shared)
+                shared = (
+                    self.cfg.double_share > 0 and self.share_rng.random() < self.cfg.double_share
+                )
+                needs = 2 if shared else 1
+                self.db.add_query(left, right, self.step, self.cfg.selection, needs=needs)
             else:
                 label = self.teacher.label(left, right, self.rng, thresholds)
                 self.db.add_query(
