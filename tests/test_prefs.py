@@ -579,3 +579,25 @@ def test_an_off_policy_learner_trains_on_the_newest_reward_model(cli, relabel):
     else:  # the stale rewards show in the metric the doctor reads, and the doctor says so
         assert relabels[-1] == 0 and lag[-1] >= 3
         assert "stale-replay-rewards" in rules
+
+
+def test_agreement_with_the_true_reward_leaves_out_the_pairs_it_calls_equal():
+    from backflip.prefs.people import cohen_kappa, oracle_agreement, pace
+
+    def a(choice, left, right, t=0.0):
+        return {"choice": choice, "left_true": left, "right_true": right, "answered_at": t}
+
+    answers = [
+        a("left", 3, 1),
+        a("right", 3, 1),
+        a("left", 2, 2),
+        a("skip", 5, 0),
+        a("equal", 1, 4),
+    ]
+    assert oracle_agreement(answers) == {"agree": 1, "n": 3, "rate": 1 / 3}
+    assert oracle_agreement([a("left", 2, 2)]) is None  # a constant true reward has no opinion
+    assert cohen_kappa(["left", "right"], ["left", "right"]) == 1.0
+    assert cohen_kappa(["left", "left"], ["left", "left"]) is None  # chance agreement is total
+    times = [a("left", 1, 0, t) for t in (0.0, 10.0, 20.0)]
+    assert pace(times, now=20.0) == pytest.approx(6.0)  # 2 answers in 20 s
+    assert pace(times, now=40.0) == pytest.approx(3.0)  # stopped answering: the pace falls
