@@ -274,6 +274,39 @@ def test_killed_seed_resumes_from_its_last_periodic_checkpoint(home, cli, uninte
     assert _tensorboard_steps(folder, "train/policy_loss") == csv_steps
 
 
+def test_envs_that_cannot_be_pickled_are_known_before_training():
+    import tests.fault_envs  # noqa: F401 — registers the test envs
+    from backflip.envs import why_no_snapshot
+
+    assert why_no_snapshot("CartPole-v1") is None
+    assert why_no_snapshot("Pendulum-v1") is None
+    assert "EzPickle" in why_no_snapshot("CrashAfterEzPickle-v0")
+
+
+def test_resume_says_before_starting_what_will_differ_when_envs_cannot_be_saved(home, cli):
+    """An env that pickles as its constructor arguments (MuJoCo's do) cannot be saved mid-episode:
+    the resumed seed restarts it, and `backflip resume` says so before any seed starts."""
+    env = "tests.fault_envs:CrashAfterEzPickle-v0"  # raises at its 251st step
+    small = ["hidden=16,16", "learning_starts=100", "train_every=50", "gradient_steps=4"]
+    every = ["log_every=100", "checkpoint_every=100", "eval_episodes=2"]  # (checkpoints at rows)
+    sets = [x for kv in [*small, *every] for x in ("--set", kv)]
+    train = cli("train", "dqn", "--env", env, "--seeds", "1", "--steps", "400", *sets,
+                "--no-progress", check=False)  # fmt: skip
+    assert train.returncode != 0
+    run_id = train.stdout.split()[1].rstrip(":")
+    assert load_run(home / run_id)["seeds"][0]["status"] == "failed"
+
+    out = cli("resume", run_id, "--no-progress").stdout.splitlines()
+    assert out[0] == f"resuming run {run_id}: seed 0 from step 200"
+    assert out[1].startswith(f"not exact: {env} cannot be saved mid-episode: it pickles as")
+    assert "EzPickle" in out[1] and "will differ from an uninterrupted run's" in out[1]
+    record = load_run(home / run_id)
+    assert record["status"] == "finished"  # a fresh env copy: 200 more steps, no crash
+    assert record["resumes"][0]["not_exact"] == [out[1].removeprefix("not exact: ")]
+    stderr = (home / run_id / "seeds" / "0" / "stderr.log").read_text()
+    assert "holds no snapshot of the envs" in stderr  # the seed says it too
+
+
 def test_resume_refuses_a_finished_run(home, cli):
     cli(
         "train",
