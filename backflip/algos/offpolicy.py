@@ -107,7 +107,6 @@ class Experience:
         self.obs_space = self.envs.single_observation_space
         self.act_space = self.envs.single_action_space
         self.discrete = isinstance(self.act_space, gym.spaces.Discrete)
-        self.obs_dim = int(np.prod(self.obs_space.shape))
         self.act_dim = 1 if self.discrete else int(np.prod(self.act_space.shape))
         self.replay = ReplayBuffer(
             min(cfg.buffer_size, run.steps),
@@ -243,7 +242,7 @@ def box_agent(
 def load_networks(state: dict, **networks: nn.Module) -> None:
     """Fill networks from a checkpoint's `state` (keys as in `Learner.state`), for `load`."""
     for key, net in networks.items():
-        net.load_state_dict(state[key])
+        _load(net, state[key])
 
 
 def _saved(obj):
