@@ -150,7 +150,7 @@ def test_resuming_from_a_checkpoint_continues_the_count(algo, tmp_path):
     ck = final_checkpoint(tmp_path / "a")
     cfg = resolve(algo, ENV[algo], [0], 1000, set_values=SMALL)
     run = SeedRun(cfg, 0, tmp_path / "b")
-    run.restored, run.start_step = ck["state"], ck["step"]
+    run.restore(ck)
     get_algo(algo).train(cfg.hp, run)
     run.close()
     assert run.result["steps"] == 1000
