@@ -59,11 +59,12 @@ def count_params(state: dict) -> int:
     """Trainable parameters in an algorithm's `state()`: the tensors of its networks' state dicts,
     not counting optimizer state, target networks (copies) or buffers and statistics.
     Convention (docs/experiments.md): networks are stored under keys that do not start with
-    `target`, `opt`, `replay`, `buffer`, or end in `_norm`/`_scaler`."""
+    `target`, `opt`, `replay`, `buffer`, or end in `_norm`/`_scaler` (statistics) or
+    `_target`/`_targ` (target copies: `q_target`, `critic_targ`)."""
     skip_prefix = ("target", "opt", "replay", "buffer")
     total = 0
     for key, value in state.items():
-        if key.startswith(skip_prefix) or key.endswith(("_norm", "_scaler")):
+        if key.startswith(skip_prefix) or key.endswith(("_norm", "_scaler", "_target", "_targ")):
             continue
         if (
             isinstance(value, dict)

@@ -249,3 +249,13 @@ def test_mujoco_smoke_with_a_100_step_horizon(cli, home, algo, env):
         home / record["id"] / "seeds" / "0" / "episodes.csv", delimiter=",", skiprows=1, ndmin=2
     )[:, 2]
     assert lengths.max() <= 100 and len(lengths) >= 4
+
+
+def test_parameter_counts_leave_out_target_networks():
+    import torch
+
+    from backflip.seedrun import count_params
+
+    net = {"w": torch.zeros(3, 4), "b": torch.zeros(4)}
+    state = {"q": net, "q_target": net, "critic_targ": net, "target_q": net, "opt": net}
+    assert count_params(state) == 16
