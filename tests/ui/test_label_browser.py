@@ -311,7 +311,7 @@ def test_keys_answer_undo_and_skip_and_the_answers_train_the_reward_model(home, 
         db = PreferenceDB(db_path)
         wait_for(lambda: db.counts()["pending"] >= 3, what="queries for the page")
         page, errors = open_labeling(browser, f"{server.base}/label/{run_id}/0/", "ann")
-        page.wait_for_function("() => document.body.dataset.query !== ''")
+        page.wait_for_function("() => !!document.body.dataset.query")
         first = int(page.evaluate("document.body.dataset.query"))
         # the clips are real images of the segments
         page.wait_for_function(
@@ -331,14 +331,14 @@ def test_keys_answer_undo_and_skip_and_the_answers_train_the_reward_model(home, 
         page.wait_for_function(f"() => document.body.dataset.query === '{first}'")
         for key, count in (("ArrowRight", 1), ("ArrowUp", 2), ("ArrowDown", 2)):
             # a key pressed while no query is shown does nothing: wait for one
-            page.wait_for_function("() => !labelingBusy() && document.body.dataset.query !== ''")
+            page.wait_for_function("() => !labelingBusy() && !!document.body.dataset.query")
             before = page.evaluate("document.body.dataset.query")
             page.keyboard.press(key)
             page.wait_for_function(f"() => document.body.dataset.query !== '{before}'")
             wait_for(lambda c=count: db.counts()["labeled"] == c, 20, key)
         assert "labels 3 of 4" in page.inner_text("#counts")
         assert db.counts()["skipped"] == 1
-        page.wait_for_function("() => !labelingBusy() && document.body.dataset.query !== ''")
+        page.wait_for_function("() => !labelingBusy() && !!document.body.dataset.query")
         page.keyboard.press("ArrowLeft")  # the 4th answer completes the gather stage
         wait_for(lambda: db.counts()["labeled"] == 3, 20, "the last label")
         _, err = gather.communicate(timeout=120)
