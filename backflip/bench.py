@@ -210,7 +210,7 @@ def markdown_table(battery: dict) -> str:
     def ci(s):
         if not s or not s.get("n"):
             return "-"
-        return f"{fmt(s['iqm'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}]"
+        return f"{fmt(s['iqm'])} {stats.interval(s['ci_low'], s['ci_high'], s['n'])}"
 
     rows = [
         "| algo | env | steps | seeds | final return IQM [95% CI] | previous | "
@@ -221,7 +221,10 @@ def markdown_table(battery: dict) -> str:
         j = e["judgement"]
         poi = "-"
         if "poi_old_new" in j:
-            poi = f"{j['poi_old_new']:.2f} [{j['poi_ci'][0]:.2f}, {j['poi_ci'][1]:.2f}]"
+            n = min(
+                e["summary"].get("n", 0), (e.get("previous") or {}).get("summary", {}).get("n", 0)
+            )
+            poi = f"{j['poi_old_new']:.2f} {stats.interval(*j['poi_ci'], n, digits=2)}"
         prev = ci(e["previous"]["summary"]) if e.get("previous") else "-"
         rows.append(
             f"| {e['algo']} | {e['env']} | {e['steps']:,} | {e['summary'].get('n', 0)}/"

@@ -117,6 +117,15 @@ class ReplayBuffer:
             t((gamma**k).astype(np.float32)),
         )
 
+    def relabel(self, reward_fn, chunk: int = 4096) -> None:
+        """Recompute every stored reward as `reward_fn(obs, actions, next_obs)` (arrays of up to
+        `chunk` transitions): after a learned reward model changes, the old transitions are
+        judged by the new model, not the one that happened to be current when they were stored
+        (PEBBLE, Lee et al. 2021)."""
+        for i in range(0, self.size, chunk):
+            j = min(i + chunk, self.size)
+            self.rewards[i:j] = reward_fn(self.obs[i:j], self.actions[i:j], self.next_obs[i:j])
+
     def recent(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(observations, rewards) of the last `n` transitions stored, oldest first."""
         n = min(n, self.size)

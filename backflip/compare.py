@@ -7,6 +7,12 @@ Welch's p < 0.05; otherwise the evidence is insufficient). Fairness (Achiam: com
 like, and account for how much tuning each side got): parameter counts, step budgets, and the
 tuning budget — how many runs of the same algorithm on the same env the archive holds from
 before each run.
+
+Scores are compared only when they measure the same thing: the same env, and the same `env.*`
+settings that change the evaluation return itself (`SCORE_SETTINGS`: a reward scale, a time
+limit). Otherwise the pair gets no statistics and no verdict, only the reason. The web UI and
+the static reports show this same report (`backflip.ui.data.compare`), so the terminal and the
+browser never give two answers to one question.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from backflip import stats
 from backflip.errors import UserError
 from backflip.runs import index
 from backflip.runs.archive import load_run, resolve_run
+
+# env.* settings that change what a final evaluation return measures (evaluation envs get them)
+SCORE_SETTINGS = ("reward_scale", "max_episode_steps")
 
 
 def tuning_budget(home: Path, record: dict) -> dict:
@@ -32,6 +41,42 @@ def tuning_budget(home: Path, record: dict) -> dict:
         "seed_runs": sum(r["n_seeds"] or 0 for r in before),
         "env_steps": sum((r["n_seeds"] or 0) * (r["steps"] or 0) for r in before),
     }
+
+
+def score_definition(record: dict) -> dict:
+    """What a run's final evaluation return measures: its env and the `SCORE_SETTINGS`."""
+    env = record.get("config", {}).get("env") or {}
+    return {"env": record.get("env")} | {f"env.{k}": env.get(k) for k in SCORE_SETTINGS}
+
+
+def incomparable(a: dict, b: dict) -> str | None:
+    """Why the final scores of sides `a` and `b` can't be compared, or None when they can."""
+    da, db = a["score_definition"], b["score_definition"]
+    if da["env"] != db["env"]:
+        return (
+            f"{a['label']} ran on {da['env']} and {b['label']} on {db['env']}: returns on "
+            "different envs are not comparable"
+        )
+    differ = [k for k in da if da[k] != db[k]]
+    if differ:
+        each = "; ".join(f"{k}: {a['label']} {da[k]}, {b['label']} {db[k]}" for k in differ)
+        return (
+            f"{a['label']} and {b['label']} measure their returns differently ({each}): "
+            "the scores are not comparable"
+        )
+    return None
+
+
+def curve_metrics(run_dirs: list[Path]) -> list[str]:
+    """The curves every one of these runs can show: "return" (from training episodes) and each
+    metrics.csv name that every run logged."""
+    from backflip.curves import RETURN, metric_names
+
+    common = None
+    for d in run_dirs:
+        names = metric_names(d, load_run(d)["config"]["seeds"])
+        common = names if common is None else common & names
+    return [RETURN, *sorted(common or ())]
 
 
 def side(home: Path, ref: str, label: str, metric: str = "return") -> dict:
@@ -60,6 +105,7 @@ def side(home: Path, ref: str, label: str, metric: str = "return") -> dict:
         "steps_per_seed": cfg.get("steps"),
         "step_budget": (cfg.get("steps") or 0) * len(seeds),
         "tuning": tuning_budget(home, record),
+        "score_definition": score_definition(record),
         "curve": run_curve(run_dir, metric),
     }
 
@@ -70,6 +116,11 @@ def fairness_notes(sides: list[dict]) -> list[str]:
     envs = {s["env"] for s in sides}
     if len(envs) > 1:
         notes.append(f"different envs ({', '.join(sorted(envs))}): scores are not comparable")
+    for key in SCORE_SETTINGS:
+        values = {s["score_definition"][f"env.{key}"] for s in sides}
+        if len(envs) == 1 and len(values) > 1:
+            each = ", ".join(f"{s['label']} {s['score_definition'][f'env.{key}']}" for s in sides)
+            notes.append(f"different env.{key} ({each}): scores are not comparable")
     for key, what in (("steps_per_seed", "step budgets"), ("params", "parameter counts")):
         values = {s[key] for s in sides if s[key] is not None}
         if len(values) > 1:
@@ -89,7 +140,9 @@ def fairness_notes(sides: list[dict]) -> list[str]:
                 f"{s['label']}: seeds {', '.join(map(str, s['missing']))} have no final "
                 f"evaluation ({s['status']}); compared on the {n} that do"
             )
-        if n < stats.MIN_TRUSTWORTHY_SEEDS:
+        if n == 1:
+            notes.append(f"{s['label']} has 1 seed: no interval (a quick look, not a result)")
+        elif n < stats.MIN_TRUSTWORTHY_SEEDS:
             notes.append(
                 f"{s['label']} has {n} seed(s): fewer than {stats.MIN_TRUSTWORTHY_SEEDS}, "
                 "intervals are not trustworthy"
@@ -98,14 +151,36 @@ def fairness_notes(sides: list[dict]) -> list[str]:
 
 
 def compare_runs(
-    home: Path, refs: list[str], metric: str = "return", plot: str | Path | None = None
+    home: Path,
+    refs: list[str],
+    metric: str = "return",
+    plot: str | Path | None = None,
+    at_least: int = 2,
 ) -> dict:
-    """The full comparison of 2+ runs: sides, pairwise statistics, verdicts, fairness, plot."""
-    if len(refs) < 2:
+    """The full comparison of 2+ runs: sides, pairwise statistics, verdicts, fairness, plot.
+
+    `metric` is the curve drawn for each side; every run must have logged it. `at_least=1` lets
+    the web UI show one run before a second is picked."""
+    if len(refs) < at_least:
         raise UserError("compare needs at least two runs")
     if len(refs) > len(string.ascii_uppercase):
         raise UserError("compare at most 26 runs at once")
-    sides = [side(home, ref, string.ascii_uppercase[i], metric) for i, ref in enumerate(refs)]
+    dirs = [resolve_run(home, ref) for ref in refs]
+    if len(set(dirs)) < len(dirs):
+        raise UserError("the same run is given twice")
+    if metric != "return":
+        missing = [
+            (string.ascii_uppercase[i], d.name)
+            for i, d in enumerate(dirs)
+            if metric not in curve_metrics([d])
+        ]
+        if missing:
+            who = ", ".join(f"{label} ({run_id})" for label, run_id in missing)
+            raise UserError(
+                f"metric {metric!r} is not logged by {who}: its curves can't be compared "
+                f"(metrics every run logged: {', '.join(curve_metrics(dirs)[:8])}, ...)"
+            )
+    sides = [side(home, str(d), string.ascii_uppercase[i], metric) for i, d in enumerate(dirs)]
     if len({s["id"] for s in sides}) < len(sides):
         raise UserError("the same run is given twice")
     pairs = []
@@ -113,12 +188,35 @@ def compare_runs(
         for b in sides[i + 1 :]:
             sa = [x for x in a["finals"] if x is not None]
             sb = [x for x in b["finals"] if x is not None]
+            why = incomparable(a, b)
+            if why:
+                pairs.append(
+                    {
+                        "a": a["label"],
+                        "b": b["label"],
+                        "comparable": False,
+                        "decided": False,
+                        "verdict": f"no verdict for {a['label']} vs {b['label']}: {why}",
+                    }
+                )
+                continue
             if not sa or not sb:
-                pairs.append({"a": a["label"], "b": b["label"], "verdict": _no_scores(a, b)})
+                pairs.append(
+                    {
+                        "a": a["label"],
+                        "b": b["label"],
+                        "decided": False,
+                        "verdict": _no_scores(a, b),
+                    }
+                )
                 continue
             cmp = stats.compare_pair(sa, sb)
             cmp.update(
-                a=a["label"], b=b["label"], verdict=stats.verdict(a["label"], b["label"], cmp)
+                a=a["label"],
+                b=b["label"],
+                comparable=True,
+                decided=stats.winner(cmp) is not None,
+                verdict=stats.verdict(a["label"], b["label"], cmp),
             )
             pairs.append(cmp)
     report = {
@@ -141,13 +239,19 @@ def _no_scores(a: dict, b: dict) -> str:
     return f"no verdict for {a['label']} vs {b['label']}: {', '.join(empty)} has no final scores"
 
 
+def interval_of(summary: dict) -> str:
+    """A side's IQM interval as text: "[349.2, 500.0]", or "[no interval: 1 seed]"."""
+    return stats.interval(summary.get("ci_low"), summary.get("ci_high"), summary.get("n"))
+
+
 def table_text(table) -> str:
     """A rich table as plain text (no terminal needed)."""
     import io
 
     from rich.console import Console
 
-    console = Console(width=200, file=io.StringIO(), color_system=None)
+    # no markup: a cell such as "[no interval: 1 seed]" would be read as a style tag and vanish
+    console = Console(width=200, file=io.StringIO(), color_system=None, markup=False)
     console.print(table)
     return console.file.getvalue().rstrip()
 
@@ -166,9 +270,7 @@ def format_report(report: dict) -> str:
         table.add_column(c, no_wrap=True)
     for s in sides:
         r = s["summary"]
-        iqm = (
-            "-" if not r.get("n") else f"{fmt(r['iqm'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
-        )
+        iqm = "-" if not r.get("n") else f"{fmt(r['iqm'])} {interval_of(r)}"
         table.add_row(
             s["label"],
             s["id"],
@@ -194,9 +296,9 @@ def format_report(report: dict) -> str:
             lines.append(f"  {p['verdict']}")
             continue
         w = p["welch"]
-        lo, hi = p["poi_ci"]
+        ci = stats.interval(*p["poi_ci"], min(p["n_a"], p["n_b"]), digits=2)
         lines.append(
-            f"  {p['a']} vs {p['b']}: P({p['b']}>{p['a']}) = {p['poi']:.2f} [{lo:.2f}, {hi:.2f}], "
+            f"  {p['a']} vs {p['b']}: P({p['b']}>{p['a']}) = {p['poi']:.2f} {ci}, "
             f"mean difference {fmt(w['diff'])}, Welch p = {stats._p(w['p'])}"
         )
     lines.append("")

@@ -28,6 +28,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from backflip import jsonout
 from backflip.errors import UserError
 
 JOURNAL_FILE = "journal.jsonl"
@@ -52,7 +53,7 @@ def add_note(home: Path, text: str, kind: str = "thought", run: str | None = Non
         "run": run,
     }
     home.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(note) + "\n"
+    line = jsonout.dumps(note) + "\n"
     # One write with O_APPEND: concurrent notes never interleave within a line.
     fd = os.open(home / JOURNAL_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

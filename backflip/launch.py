@@ -9,8 +9,10 @@ instead (`backflip/ray_backend.py`); the archive is written the same way either 
 Every seed process records its own outcome in `seeds/<seed>/status.json`, whatever happens:
 `finished`; `failed` (exception: traceback kept; killed by a signal, e.g. the out-of-memory
 killer: noticed by the parent); or `interrupted` (SIGINT/SIGTERM: the loop stops at the next
-iteration boundary, metrics are flushed and a checkpoint written; a second signal stops at once).
-Ctrl-C in the terminal reaches every process; a signal sent to the launcher alone is forwarded.
+iteration boundary, metrics are flushed and a final checkpoint written; a second signal stops at
+once). Seeds run in their own process groups, so Ctrl-C in the terminal (or `timeout -s INT`, or
+SIGTERM) reaches the launcher alone, which forwards one SIGTERM to each seed, and SIGINT on a
+second signal.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from backflip.returns import TRAINING_RETURN, TRUE_RETURN
 from backflip.runs.archive import now_iso, read_json, seed_dir, write_json
 from backflip.summary import status_text
 
@@ -120,7 +123,8 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     def on_row(step, row):
         if time.monotonic() - last_sent[0] > PROGRESS_EVERY_S:
             last_sent[0] = time.monotonic()
-            send("progress", job.seed, step, row.get("time/sps"), row.get("rollout/ep_return_mean"))
+            ret = row.get(TRUE_RETURN, row.get(TRAINING_RETURN))  # a preference run: the task's
+            send("progress", job.seed, step, row.get("time/sps"), ret)
             if poll_stop is not None and poll_stop():
                 run.stopping = True
 
@@ -218,6 +222,11 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
 
 def _child(job: SeedJob, conn) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
+    # Out of the terminal's process group: a Ctrl-C reaches the launcher alone, which asks each
+    # seed once (SIGTERM) to stop at its next iteration with a final checkpoint, and a second
+    # Ctrl-C at once (SIGINT). In the terminal's group a seed would get the terminal's SIGINT
+    # and the launcher's SIGTERM together, take them for two requests and stop unsaved.
+    os.setpgrp()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     folder = seed_dir(Path(job.run_dir), job.seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -477,12 +486,13 @@ def launch_runs(
     address: str | None = None,
     rerun_of: str | None = None,
     on_created=None,
-    extra: dict | None = None,
+    extra: dict | list[dict] | None = None,
 ) -> list[dict]:
     """Archive one new run per config (TrainConfig), train all their seeds in one pool, record
     each outcome and the doctor's findings; the finished records, in order. `on_created(run_dir)`
     is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
-    every stored config (`prefs` for a preference-learning run)."""
+    every stored config (`prefs` for a preference-learning run), or, as a list, to each config
+    its own (preference runs with different pipeline settings in one pool)."""
     from backflip.runs.archive import create_run, finalize_run
 
     workers = max(1, workers or os.cpu_count() or 1)
@@ -490,9 +500,10 @@ def launch_runs(
     messages = messages or [""] * n
     tags = tags or [[] for _ in range(n)]
     labels = labels or [""] * n
+    extras = extra if isinstance(extra, list) else [extra or {}] * n
     run_dirs, jobs = [], []
-    for cfg, message, tag, label in zip(cfgs, messages, tags, labels, strict=True):
-        config = {**cfg.to_dict(), **(extra or {})}
+    for cfg, message, tag, label, more in zip(cfgs, messages, tags, labels, extras, strict=True):
+        config = {**cfg.to_dict(), **more}
         run_dir, _ = create_run(
             home,
             config,

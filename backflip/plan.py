@@ -325,7 +325,7 @@ def format_report(reg: dict) -> str:
         s = c["summary"]
         head = f"  {name} ({c['run']}, {c['status']}): "
         if s.get("n"):
-            head += f"IQM {fmt(s['iqm'])} [95% CI {fmt(s['ci_low'])}, {fmt(s['ci_high'])}]"
+            head += f"IQM {fmt(s['iqm'])} {stats.interval(s['ci_low'], s['ci_high'], s['n'], prefix='95% CI ')}"
             head += f", mean {fmt(s['mean'])}, min {fmt(s['min'])}, max {fmt(s['max'])}"
         else:
             head += "no scores"
@@ -343,8 +343,8 @@ def format_report(reg: dict) -> str:
         if "success_fraction" in c:
             sf = c["success_fraction"]
             lines.append(
-                f"    reached {plan['threshold']}: {sf['k']}/{sf['n']} = {sf['fraction']:.2f} "
-                f"[95% CI {sf['ci'][0]:.2f}, {sf['ci'][1]:.2f}]"
+                f"    reached {plan['threshold']}: {sf['k']}/{sf['n']} = {fmt(sf['fraction'], 2)} "
+                + stats.interval(*sf["ci"], sf["n"], digits=2, prefix="95% CI ")
             )
     lines.append("")
     for c in rep["comparisons"]:

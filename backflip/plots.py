@@ -22,10 +22,20 @@ def _pyplot():
     return plt
 
 
+def _finite(x) -> bool:
+    """A number that is not NaN (None: a value archived as JSON null)."""
+    return x is not None and bool(np.isfinite(x))
+
+
 def _band(ax, curve: dict, label: str, color: str) -> None:
+    """The IQM line (dots when there are few points: one point is no line) and its band; the
+    legend says when there is no band ("no interval: 1 seed")."""
     step = np.asarray(curve["step"], float)
     f = lambda k: np.array([np.nan if v is None else v for v in curve[k]], float)  # noqa: E731
-    ax.plot(step, f("iqm"), color=color, label=label, lw=1.6)
+    if curve.get("no_interval"):
+        label = f"{label} ({curve['no_interval']})"
+    marker = "o" if step.size < 40 else None
+    ax.plot(step, f("iqm"), color=color, label=label, lw=1.6, marker=marker, ms=3)
     ax.fill_between(step, f("low"), f("high"), color=color, alpha=0.2, lw=0)
 
 
@@ -40,7 +50,7 @@ def _finals(ax, sides: list[dict]) -> None:
         if agg.get("n"):
             lo, hi = agg.get("ci_low"), agg.get("ci_high")
             err = None
-            if lo is not None and np.isfinite(lo):
+            if _finite(lo) and _finite(hi):
                 err = [[agg["iqm"] - lo], [hi - agg["iqm"]]]
             ax.errorbar(i + 0.3, agg["iqm"], yerr=err, fmt="D", color=color, capsize=4, ms=5)
     ax.set_xticks(range(len(sides)), [s["label"] for s in sides])
@@ -91,7 +101,7 @@ def sensitivity_figure(panels: dict, base: dict, path: str | Path, title: str) -
     )
     colors = {"fragile": "#d62728", "helps": "#d62728", "better": "#2ca02c", "hurts": "#2ca02c"}
     for ax, (key, points) in zip(axes[0], panels.items(), strict=True):
-        if base.get("n") and np.isfinite(base.get("ci_low", np.nan)):
+        if base.get("n") and _finite(base.get("ci_low")) and _finite(base.get("ci_high")):
             ax.axhspan(base["ci_low"], base["ci_high"], color="grey", alpha=0.2, lw=0)
         for j, pt in enumerate(points):
             s = pt["summary"]
@@ -99,7 +109,7 @@ def sensitivity_figure(panels: dict, base: dict, path: str | Path, title: str) -
                 continue
             color = "black" if pt["default"] else colors.get(pt["flag"], "#1f77b4")
             err = None
-            if np.isfinite(s.get("ci_low", np.nan)):
+            if _finite(s.get("ci_low")) and _finite(s.get("ci_high")):
                 err = [[s["iqm"] - s["ci_low"]], [s["ci_high"] - s["iqm"]]]
             ax.errorbar(j, s["iqm"], yerr=err, fmt="o", color=color, capsize=4)
         labels = [_short(p["value"]) + ("\n(default)" if p["default"] else "") for p in points]
@@ -133,9 +143,11 @@ def run_figure(run_dir: str | Path, path: str | Path, metric: str = "return") ->
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
     for seed, (steps, values, _end) in per_seed.items():
-        ax.plot(steps, values, lw=0.7, alpha=0.5, label=f"seed {seed}")
+        marker = "o" if steps.size < 40 else None
+        ax.plot(steps, values, lw=0.7, alpha=0.5, label=f"seed {seed}", marker=marker, ms=2)
     if per_seed:
-        _band(ax, aggregate_curves(list(per_seed.values())), "IQM (95% band)", "black")
+        agg = aggregate_curves(list(per_seed.values()))
+        _band(ax, agg, "IQM" if agg["no_interval"] else "IQM (95% band)", "black")
     ax.set_xlabel("environment steps")
     ax.set_ylabel(metric)
     ax.set_title(f"{record['id']}: {record['algo']} on {record['env']}", fontsize=10)

@@ -18,8 +18,13 @@ from pathlib import Path
 from backflip.errors import UserError
 
 
-def write_report(run_dirs: list[Path], out: Path, videos: bool = True) -> Path:
-    """Write the report for `run_dirs` into `out`; returns the path of its index.html."""
+def write_report(
+    run_dirs: list[Path], out: Path, videos: bool = True, home: Path | None = None
+) -> Path:
+    """Write the report for `run_dirs` into `out`; returns the path of its index.html.
+
+    `home` is the archive they belong to (default: the first run's parent), where the comparison
+    counts each side's tuning budget."""
     from backflip.ui import data
     from backflip.ui.render import STATIC, ReportLinks, render
 
@@ -60,7 +65,7 @@ def write_report(run_dirs: list[Path], out: Path, videos: bool = True) -> Path:
         )
         (out / "runs" / f"{run_id}.html").write_text(html)
 
-    c = data.compare(list(by_id.values()))
+    c = data.compare(home or run_dirs[0].parent, list(by_id.values()))
     html = render(
         "compare.html",
         ReportLinks(by_id, copied, depth=0),

@@ -8,7 +8,9 @@ and appends from there, so the seed's files read as if it had never stopped. For
 that saves everything (PPO does; see docs/experiments.md), the resumed run is identical to an
 uninterrupted one with the same seed.
 
-Seeds that finished are left alone; a seed with no checkpoint starts again from step 0.
+Seeds that finished are left alone; a seed with no checkpoint starts again from step 0. What
+cannot be continued exactly (envs that cannot be pickled mid-episode, a preference run's reward
+model) is said before the seeds start (`not_exact`) and recorded with the resume in run.json.
 """
 
 from __future__ import annotations
@@ -79,6 +81,36 @@ def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | Non
     return record, jobs, plan
 
 
+def not_exact(record: dict, plan: dict[int, int | None]) -> list[str]:
+    """What will differ from an uninterrupted run when the seeds in `plan` continue from their
+    checkpoints, one sentence each (empty: nothing; a seed that starts over is exact)."""
+    if all(step is None for step in plan.values()):
+        return []
+    from backflip.config import TrainConfig
+    from backflip.envs import why_no_snapshot
+
+    cfg = TrainConfig.from_dict(record["config"])
+    notes = []
+    try:
+        reason = why_no_snapshot(cfg.env_id, cfg.env)
+    except Exception as e:  # noqa: BLE001 — the seeds will say more; the user hears it now
+        reason = f"it could not be created to check ({type(e).__name__}: {e})"
+    if reason:
+        notes.append(
+            f"{cfg.env_id} cannot be saved mid-episode: {reason}. Each resumed seed restarts its "
+            "envs from a reset and goes on with its networks, optimizer, statistics and replay "
+            "buffer, but its episodes, metrics and final return will differ from an "
+            "uninterrupted run's"
+        )
+    if "prefs" in record["config"]:
+        notes.append(
+            "a preference run's reward model and labeling schedule are not in its checkpoints: "
+            "each resumed seed trains a new reward model from the labels in its database, so it "
+            "will differ from an uninterrupted run"
+        )
+    return notes
+
+
 def resume_run(
     home: Path,
     run_dir: Path,
@@ -88,21 +120,25 @@ def resume_run(
     address: str | None = None,
     on_plan=None,
 ) -> dict:
-    """Resume every unfinished seed of a run in parallel; the updated record."""
+    """Resume every unfinished seed of a run in parallel; the updated record. `on_plan(record,
+    plan, notes)` hears, before any seed starts, where each seed resumes and what will differ
+    from an uninterrupted run (`not_exact`)."""
     from backflip.launch import run_jobs
     from backflip.runs import index
 
     record, jobs, plan = resume_jobs(run_dir)
     if not jobs:
         raise UserError(f"run {record['id']} has no unfinished seed: nothing to resume")
+    notes = not_exact(record, plan)
     if on_plan is not None:
-        on_plan(record, plan)
+        on_plan(record, plan, notes)
     stored = read_json(run_dir / "run.json")
     previous_duration = stored.get("duration_s") or 0.0
     stored.update(status="running", pid=os.getpid(), host=socket.gethostname())
-    stored.setdefault("resumes", []).append(
-        {"at": now_iso(), "from_step": {str(k): v for k, v in plan.items()}, "backend": backend}
-    )
+    entry = {"at": now_iso(), "from_step": {str(k): v for k, v in plan.items()}, "backend": backend}
+    if notes:
+        entry["not_exact"] = notes
+    stored.setdefault("resumes", []).append(entry)
     write_json(run_dir / "run.json", stored)
     index.upsert(home, {**stored, "seeds": record["seeds"]})
     workers = max(1, workers or os.cpu_count() or 1)

@@ -1,7 +1,8 @@
 """`SeedRun`: everything an algorithm's training loop sees of the outside world.
 
 An algorithm's `train(cfg, run)` reads its budget and environment from `run`, makes its training
-envs with `run.make_vec(n)`, writes metrics through `run.tel`, and at each iteration boundary calls
+envs with `run.make_vec(n)` (an off-policy one also shows its replay buffer to
+`run.register_replay`), writes metrics through `run.tel`, and at each iteration boundary calls
 
     run.log(step)                       # one metrics row; live checks; progress
     if run.eval_due(step): run.evaluate(step, act)
@@ -58,11 +59,12 @@ def count_params(state: dict) -> int:
     """Trainable parameters in an algorithm's `state()`: the tensors of its networks' state dicts,
     not counting optimizer state, target networks (copies) or buffers and statistics.
     Convention (docs/experiments.md): networks are stored under keys that do not start with
-    `target`, `opt`, `replay`, `buffer`, or end in `_norm`/`_scaler`."""
+    `target`, `opt`, `replay`, `buffer`, or end in `_norm`/`_scaler` (statistics) or
+    `_target`/`_targ` (target copies: `q_target`, `critic_targ`)."""
     skip_prefix = ("target", "opt", "replay", "buffer")
     total = 0
     for key, value in state.items():
-        if key.startswith(skip_prefix) or key.endswith(("_norm", "_scaler")):
+        if key.startswith(skip_prefix) or key.endswith(("_norm", "_scaler", "_target", "_targ")):
             continue
         if (
             isinstance(value, dict)
@@ -100,6 +102,9 @@ class SeedRun:
         # Wrappers put on every *training* vector env this seed makes (`make_vec`), never on the
         # evaluation envs: how a preference run has any algorithm train on a learned reward.
         self.vec_wrappers: list[Callable] = []
+        # Replay buffers of an off-policy algorithm (`register_replay`), with the map from their
+        # stored actions to the env's: a learned reward relabels them when its model changes.
+        self.replay_buffers: list[tuple[object, Callable]] = []
         self._warned: set[str] = set()
         self.tel = Telemetry(
             self.out_dir, enabled=cfg.run.telemetry, on_row=self._row, append=append
@@ -135,6 +140,12 @@ class SeedRun:
         for wrap in self.vec_wrappers:
             envs = wrap(envs)
         return envs
+
+    def register_replay(self, buffer, env_action: Callable | None = None) -> None:
+        """An off-policy algorithm's replay buffer, whose stored rewards a learned reward model
+        may recompute (`buffer.relabel`); `env_action` maps stored actions to what the env was
+        given (e.g. [-1, 1] to the action bounds), which is what the reward model judges."""
+        self.replay_buffers.append((buffer, env_action or (lambda a: a)))
 
     def set_status(self, status: str, **detail) -> None:
         """Tell the launcher (status.json, progress line, UI) what the seed is doing when that is

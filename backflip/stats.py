@@ -208,6 +208,20 @@ def compare_pair(a, b, reps: int = REPS) -> dict:
     return {"poi": p, "poi_ci": [lo, hi], "welch": welch(b, a), "n_a": len(a), "n_b": len(b)}
 
 
+def winner(cmp: dict, alpha: float = 0.05) -> str | None:
+    """The verdict rule on a `compare_pair` result: "b" when P(B > A)'s 95% interval lies above
+    0.5 *and* Welch's p < alpha, "a" the other way round, else None (insufficient evidence)."""
+    lo, hi = cmp["poi_ci"]
+    w = cmp["welch"]["p"]
+    if not _finite(w) or w >= alpha:
+        return None
+    if _finite(lo) and lo > 0.5:
+        return "b"
+    if _finite(hi) and hi < 0.5:
+        return "a"
+    return None
+
+
 def verdict(name_a: str, name_b: str, cmp: dict, alpha: float = 0.05) -> str:
     """One line: who beats whom, with the numbers; or that the evidence is insufficient.
 
@@ -215,19 +229,45 @@ def verdict(name_a: str, name_b: str, cmp: dict, alpha: float = 0.05) -> str:
     way round); anything else is "insufficient evidence" — which is not evidence of no difference.
     """
     p, (lo, hi) = cmp["poi"], cmp["poi_ci"]
-    w = cmp["welch"]["p"]
     n = f"{cmp['n_a']} vs {cmp['n_b']} seeds"
     if cmp["n_a"] == cmp["n_b"]:
-        n = f"{cmp['n_a']} seeds each"
-    nums = f"P({name_b}>{name_a})={p:.2f} [{lo:.2f}, {hi:.2f}], Welch p={_p(w)}, {n}"
-    if np.isfinite(lo) and lo > 0.5 and w < alpha:
+        n = f"{cmp['n_a']} seed{'s' * (cmp['n_a'] != 1)} each"
+    poi_ci = interval(lo, hi, min(cmp["n_a"], cmp["n_b"]), digits=2)
+    nums = f"P({name_b}>{name_a})={p:.2f} {poi_ci}, Welch p={_p(cmp['welch']['p'])}, {n}"
+    who = winner(cmp, alpha)
+    if who == "b":
         return f"{name_b} beats {name_a}: {nums}"
-    if np.isfinite(hi) and hi < 0.5 and w < alpha:
+    if who == "a":
         return f"{name_a} beats {name_b}: {nums}"
     return f"insufficient evidence that {name_a} and {name_b} differ: {nums}"
 
 
-def _p(p: float) -> str:
-    if not np.isfinite(p):
+def _p(p: float | None) -> str:
+    if not _finite(p):
         return "n/a"
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+# --- words for numbers ----------------------------------------------------------------------------
+
+
+def _finite(x) -> bool:
+    """A number that is not NaN or infinite (None, from an archived JSON file, is not one)."""
+    return isinstance(x, int | float | np.number) and bool(np.isfinite(x))
+
+
+def no_interval(n: int | None) -> str:
+    """Why an interval is missing: "no interval: 1 seed" (a bootstrap needs 2 or more)."""
+    if n is not None and n < 2:
+        return f"no interval: {n} seed{'s' * (n != 1)}"
+    return "no interval"
+
+
+def interval(low, high, n: int | None = None, digits: int = 1, prefix: str = "") -> str:
+    """An interval as text: "[487.2, 500.0]" ("[95% CI 487.2, 500.0]" with `prefix`), or why
+    there is none: "[no interval: 1 seed]" — never "[nan, nan]". `n`: the seeds behind it.
+
+    The one place every summary, verdict, table and page formats an interval."""
+    if _finite(low) and _finite(high):
+        return f"[{prefix}{low:,.{digits}f}, {high:,.{digits}f}]"
+    return f"[{no_interval(n)}]"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 
-from backflip.stats import MIN_TRUSTWORTHY_SEEDS
+from backflip.stats import MIN_TRUSTWORTHY_SEEDS, interval
 
 
 def fmt(x, digits: int = 1) -> str:
-    if x is None:
+    """A number with thousands separators; '-' for a missing or non-finite one (never 'nan')."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
     try:
         return f"{x:,.{digits}f}"
@@ -28,16 +30,17 @@ def duration(seconds) -> str:
 
 
 def result_line(results: dict) -> str:
-    """'IQM 500.0 [95% CI 487.2, 500.0], mean 498.1, min 471.0, max 500.0 (3 seeds)'."""
+    """'IQM 500.0 [95% CI 487.2, 500.0], mean 498.1, min 471.0, max 500.0 (3 seeds)'; with one
+    seed 'IQM 500.0 [no interval: 1 seed], ...'."""
     if not results or not results.get("n"):
         return "no seed finished an evaluation"
     n = results["n"]
+    ci = interval(results.get("ci_low"), results.get("ci_high"), n, prefix="95% CI ")
     line = (
-        f"IQM {fmt(results['iqm'])} [95% CI {fmt(results.get('ci_low'))}, "
-        f"{fmt(results.get('ci_high'))}], mean {fmt(results['mean'])}, "
+        f"IQM {fmt(results['iqm'])} {ci}, mean {fmt(results['mean'])}, "
         f"min {fmt(results['min'])}, max {fmt(results['max'])} ({n} seed{'s' * (n != 1)})"
     )
-    if n < MIN_TRUSTWORTHY_SEEDS:
+    if 1 < n < MIN_TRUSTWORTHY_SEEDS:
         line += f" — fewer than {MIN_TRUSTWORTHY_SEEDS} seeds: the interval is not trustworthy"
     return line
 

@@ -301,7 +301,7 @@ def format_study(study: dict) -> str:
     def ci(s):
         if not s.get("n"):
             return "-"
-        return f"{fmt(s['iqm'])} [{fmt(s['ci_low'])}, {fmt(s['ci_high'])}]"
+        return f"{fmt(s['iqm'])} {stats.interval(s['ci_low'], s['ci_high'], s['n'])}"
 
     sweep = study["kind"] == "sweep"
     table = Table(box=None, header_style="bold", pad_edge=False)
@@ -322,11 +322,10 @@ def format_study(study: dict) -> str:
         delta = (
             s["iqm"] - base["summary"]["iqm"] if s.get("n") and base["summary"].get("n") else None
         )
-        poi = (
-            "-"
-            if "poi" not in v
-            else f"{v['poi']:.2f} [{v['poi_ci'][0]:.2f}, {v['poi_ci'][1]:.2f}]"
-        )
+        poi = "-"
+        if "poi" in v:
+            n = min(s.get("n", 0), base["summary"].get("n", 0))
+            poi = f"{v['poi']:.2f} {stats.interval(*v['poi_ci'], n, digits=2)}"
         table.add_row(
             v["label"],
             v["run"],

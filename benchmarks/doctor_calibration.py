@@ -1,6 +1,7 @@
 """Calibrate the doctor: false alarms on healthy runs, detections on deliberately broken ones.
 
-    python benchmarks/doctor_calibration.py --healthy --broken [--sb3] [--seeds 3] [--home DIR]
+    python benchmarks/doctor_calibration.py --healthy --broken [--sb3] [--prefs] [--seeds 3]
+        [--workers 2] [--home DIR]
 
 --healthy  every registered algorithm with its defaults on CartPole-v1 (discrete) and Pendulum-v1
            (Box), `--seeds` seeds each, through `backflip train`; counts findings per rule and
@@ -9,6 +10,10 @@
 --broken   `backflip train ppo` with each injected fault; reports whether the expected rule fired.
 --sb3      the same faults in Stable-Baselines3 PPO/A2C/DQN (TensorBoard logs), plus healthy SB3
            runs with rl-zoo settings; needs the `test` extra (stable-baselines3).
+--prefs    healthy preference runs (`backflip prefs train ppo`, synthetic labels, each env's
+           preset: MovingDotLowDim-v0, CartPoleFixedHorizon-v1, Pendulum-v1), `--seeds` seeds
+           each; the doctor reads their true return (docs/doctor.md), so a finding about the
+           return on them is a false alarm like any other.
 Prints tables (and writes --out JSON). Figures depend on machine load: the throughput rule reads
 steps per CPU-second, which other processes on a shared machine still perturb.
 """
@@ -90,6 +95,7 @@ SB3_BROKEN = {
 SB3_STEPS = {"ppo": 30_000, "a2c": 30_000, "dqn": 20_000}
 NAN_AT = {"ppo": 100}  # NaN rewards while episodes are short (see tests/test_doctor_runs.py)
 SB3_HEALTHY_STEPS = {"ppo": 100_000, "a2c": 200_000, "dqn": 50_000}
+PREFS_ENVS = ("MovingDotLowDim-v0", "CartPoleFixedHorizon-v1", "Pendulum-v1")  # with presets
 
 
 def backflip(home: Path, *args) -> subprocess.CompletedProcess:
@@ -104,8 +110,8 @@ def backflip(home: Path, *args) -> subprocess.CompletedProcess:
     )
 
 
-def train(home: Path, algo, env, *extra) -> dict:
-    proc = backflip(home, "train", algo, "--env", env, "--no-progress", "--json", *extra)
+def train(home: Path, algo, env, *extra, command=("train",)) -> dict:
+    proc = backflip(home, *command, algo, "--env", env, "--no-progress", "--json", *extra)
     try:  # --json: stdout holds only the run's JSON record (the "run ..." line goes to stderr)
         return json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -117,34 +123,41 @@ def tally(findings, table, key):
         table[(f["rule"], f["severity"])][key] += 1
 
 
-def healthy(home, seeds, algos, out):
+def healthy(home, seeds, algos, out, workers=2, prefs=False):
     from backflip.algos import ALGOS, get_algo
 
     table = collections.defaultdict(collections.Counter)
     runs = []
-    for algo in algos or list(ALGOS):
-        spec = get_algo(algo)
-        for env, kind in (("CartPole-v1", "discrete"), ("Pendulum-v1", "box")):
-            if kind not in spec.action_spaces:
-                continue
-            t0 = time.time()
-            rec = train(home, algo, env, "--seeds", str(seeds), "--workers", "2")
-            key = f"{algo}/{env}"
-            tally(rec.get("findings", []), table, key)
-            runs.append(
-                {
-                    "run": key,
-                    "id": rec["id"],
-                    "minutes": (time.time() - t0) / 60,
-                    "finals": rec["results"].get("per_seed"),
-                    "errors": sum(f["severity"] == "error" for f in rec["findings"]),
-                }
-            )
-            print(
-                f"healthy {key}: {rec['id']}, per seed {rec['results'].get('per_seed')}, "
-                f"{runs[-1]['errors']} errors, {runs[-1]['minutes']:.1f} min",
-                flush=True,
-            )
+    if prefs:  # preference runs: PPO on each preset env's learned reward
+        jobs = [("ppo", env, ("prefs", "train"), "prefs ") for env in PREFS_ENVS]
+    else:
+        jobs = [
+            (algo, env, ("train",), "")
+            for algo in algos or list(ALGOS)
+            for env, kind in (("CartPole-v1", "discrete"), ("Pendulum-v1", "box"))
+            if kind in get_algo(algo).action_spaces
+        ]
+    for algo, env, command, prefix in jobs:
+        t0 = time.time()
+        rec = train(
+            home, algo, env, "--seeds", str(seeds), "--workers", str(workers), command=command
+        )
+        key = f"{prefix}{algo}/{env}"
+        tally(rec.get("findings", []), table, key)
+        runs.append(
+            {
+                "run": key,
+                "id": rec["id"],
+                "minutes": (time.time() - t0) / 60,
+                "finals": rec["results"].get("per_seed"),
+                "errors": sum(f["severity"] == "error" for f in rec["findings"]),
+            }
+        )
+        print(
+            f"healthy {key}: {rec['id']}, per seed {rec['results'].get('per_seed')}, "
+            f"{runs[-1]['errors']} errors, {runs[-1]['minutes']:.1f} min",
+            flush=True,
+        )
     keys = [r["run"] for r in runs]
     print(f"\nfindings on healthy runs ({seeds} seeds each; per series unless seed-level):")
     print(f"| rule | severity | {' | '.join(keys)} |")
@@ -152,7 +165,7 @@ def healthy(home, seeds, algos, out):
     for (rule, sev), counts in sorted(table.items()):
         note = " (fact)" if rule in FACTS else ""
         print(f"| `{rule}`{note} | {sev} | " + " | ".join(str(counts[k]) for k in keys) + " |")
-    out["healthy"] = {
+    out["prefs" if prefs else "healthy"] = {
         "runs": runs,
         "findings": {f"{r}/{s}": dict(c) for (r, s), c in table.items()},
     }
@@ -161,7 +174,7 @@ def healthy(home, seeds, algos, out):
 def broken(home, out):
     rows = []
     for name, env, steps, sets, expected in BROKEN:
-        args = ["--steps", str(steps)]
+        args = ["--seeds", "1", "--steps", str(steps)]
         for s in sets:
             args += ["--set", s]
         rec = train(home, "ppo", env, *args)
@@ -247,7 +260,9 @@ def main():
     p.add_argument("--healthy", action="store_true")
     p.add_argument("--broken", action="store_true")
     p.add_argument("--sb3", action="store_true")
+    p.add_argument("--prefs", action="store_true")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2, help="seed processes at once")
     p.add_argument("--sb3-seeds", type=int, default=1)
     p.add_argument("--algos", help="comma-separated (default: every registered algorithm)")
     p.add_argument("--home", help="archive for the runs (default: a temporary directory)")
@@ -256,8 +271,11 @@ def main():
     out = {"date": time.strftime("%Y-%m-%d %H:%M"), "load_avg_start": os.getloadavg()}
     home = Path(args.home or tempfile.mkdtemp(prefix="doctor-calibration-"))
     print(f"archive: {home}; load average at start {os.getloadavg()[0]:.1f}", flush=True)
+    algos = args.algos.split(",") if args.algos else None
     if args.healthy:
-        healthy(home, args.seeds, args.algos.split(",") if args.algos else None, out)
+        healthy(home, args.seeds, algos, out, args.workers)
+    if args.prefs:
+        healthy(home, args.seeds, algos, out, args.workers, prefs=True)
     if args.broken:
         broken(home, out)
     if args.sb3:

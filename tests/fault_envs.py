@@ -29,6 +29,15 @@ class CrashAfter(gym.Env):
         return obs, 1.0, self.t >= 20, False, {}
 
 
+class CrashAfterEzPickle(CrashAfter, gym.utils.EzPickle):
+    """CrashAfter that pickles as MuJoCo's envs do, as its constructor arguments (EzPickle): a
+    checkpoint cannot hold it mid-episode."""
+
+    def __init__(self, after: int = 1000):
+        CrashAfter.__init__(self, after)
+        gym.utils.EzPickle.__init__(self, after)
+
+
 class MultiDiscreteActions(gym.Env):
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.MultiDiscrete([2, 3])
@@ -67,6 +76,7 @@ class EndlessRewardBox(EndlessReward):
 
 
 gym.register("CrashAfter-v0", entry_point=CrashAfter, max_episode_steps=1000)
+gym.register("CrashAfterEzPickle-v0", entry_point=CrashAfterEzPickle, kwargs={"after": 250})
 gym.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=10)
 gym.register("EndlessReward-v0", entry_point=EndlessReward, max_episode_steps=5)
 gym.register("EndlessRewardBox-v0", entry_point=EndlessRewardBox, max_episode_steps=5)

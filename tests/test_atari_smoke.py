@@ -22,6 +22,8 @@ def test_trains_on_pong_frames_and_the_checkpoint_acts_on_them(cli, home, algo):
         algo,
         "--env",
         "PongNoFrameskip-v4",
+        "--seeds",
+        "1",
         "--steps",
         "256",
         "--set",

@@ -130,7 +130,8 @@ def test_diff_shows_code_changes_between_commits_and_uncommitted_patches(tmp_pat
     (repo / "reward.py").write_text("SCALE = 1.0\n")
     git("add", ".")
     git("commit", "-qm", "first")
-    train = ["train", "ppo", "--env", "CartPole-v1", "--steps", "512", "--set", "epochs=1"]
+    train = ["train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "512"]
+    train += ["--set", "epochs=1"]
     a = _run_id(_cli(home, *train, "--no-progress", cwd=repo))
     (repo / "reward.py").write_text("SCALE = 0.1\n")
     git("commit", "-qam", "second")

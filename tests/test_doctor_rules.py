@@ -213,6 +213,12 @@ def test_preference_rules():
     assert "reward-model-fit" in fired(data(reward_model__val_train_loss_ratio=np.full(N, 2.5)))
     corr = np.r_[np.linspace(0.2, 0.9, 30), np.linspace(0.9, 0.3, N - 30)]
     assert "reward-model-corr" in fired(data(reward_model__return_corr=corr))
+    # an off-policy learner's replay rewards: relabeled with each model (lag 0-1), or stale
+    fresh = np.r_[np.zeros(N // 2), np.tile([0.0, 1.0], N)][:N]
+    assert "stale-replay-rewards" not in fired(data(prefs__replay_reward_lag=fresh))
+    stale = fired(data(prefs__replay_reward_lag=np.floor(np.linspace(0, 8, N))))
+    assert stale["stale-replay-rewards"].severity == "warning"
+    assert stale["stale-replay-rewards"].step == STEPS[np.argmax(np.linspace(0, 8, N) >= 2)]
 
 
 def test_seed_rules_on_one_success_in_three():
@@ -252,3 +258,16 @@ def test_a_rule_that_crashes_becomes_an_info_finding(monkeypatch):
     monkeypatch.setattr("backflip.doctor.RULES", fmod.RULES)
     out = diagnose(data(train__approx_kl=np.full(N, 0.01)))
     assert [f.rule for f in out] == ["doctor-error"] and "ZeroDivisionError" in out[0].message
+
+
+def test_rules_about_the_learned_reward_call_it_the_learned_reward():
+    """On a preference run env/reward_* and rollout/ep_return_* hold r̂, what the policy
+    trained on: rules about its scale still read it, and say which reward they mean."""
+    big = {"env__reward_min": np.full(N, -1000.0), "env__reward_max": np.full(N, 1000.0)}
+    plain = fired(data(**big))["reward-scale"]
+    assert "per-step rewards reach" in plain.message and "learned" not in plain.message
+    prefs = data(**big)
+    prefs.learned_reward = True
+    assert "per-step learned rewards (r̂) reach" in fired(prefs)["reward-scale"].message
+    # a learned-reward return rising is no finding on an ordinary run (there is no other)
+    assert "reward-model-gamed" not in fired(data(rollout__ep_return_mean=learning_returns()))

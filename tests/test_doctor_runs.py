@@ -14,7 +14,7 @@ from backflip.doctor import diagnose
 from backflip.doctor.sources import resolve_target
 from backflip.runs.archive import load_run
 
-TINY = ["--steps", "2048", "--set", "epochs=2", "--no-progress"]
+TINY = ["--seeds", "1", "--steps", "2048", "--set", "epochs=2", "--no-progress"]
 
 
 def run_id(proc) -> str:
@@ -68,7 +68,7 @@ def test_doctor_json_contract_and_exit_status(cli, home, tmp_path):
 
 def test_nan_rewards_stop_the_seed_and_the_doctor_says_where(cli, home):
     proc = cli(
-        "train", "ppo", "--env", "CartPole-v1", "--steps", "4096",
+        "train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "4096",
         "--set", "env.nan_reward_at=100", "--set", "epochs=2", "--no-progress", check=False,
     )  # fmt: skip
     assert proc.returncode == 1
@@ -84,8 +84,9 @@ def test_nan_rewards_stop_the_seed_and_the_doctor_says_where(cli, home):
 
 def test_stop_on_nan_false_warns_once_and_goes_on(cli, home):
     proc = cli(
-        "train", "ppo", "--env", "CartPole-v1", "--steps", "4096", "--set", "epochs=2",
-        "--set", "env.nan_reward_at=100", "--set", "doctor.stop_on_nan=false", check=False,
+        "train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "4096",
+        "--set", "epochs=2", "--set", "env.nan_reward_at=100", "--set", "doctor.stop_on_nan=false",
+        check=False,
     )  # fmt: skip
     rid = run_id(proc)
     log = (home / rid / "seeds" / "0" / "stderr.log").read_text()
@@ -176,7 +177,7 @@ BROKEN = [
                          ids=[b[0] for b in BROKEN])  # fmt: skip
 def test_broken_run_gets_the_right_finding(cli, home, fault, env, steps, sets, rule, severity):
     # cost: 10-30 s each on an idle 2-core machine
-    args = ["train", "ppo", "--env", env, "--steps", str(steps)]
+    args = ["train", "ppo", "--env", env, "--seeds", "1", "--steps", str(steps)]
     for s in sets:
         args += ["--set", s]
     proc = cli(*args, check=False)  # progress on (not a terminal): live warnings are printed
@@ -195,7 +196,7 @@ def test_broken_run_gets_the_right_finding(cli, home, fault, env, steps, sets, r
 def test_healthy_ppo_run_has_no_error_findings(cli, home):
     # cost: ~30 s on an idle machine (CartPole, 1e5 steps). Pendulum and 3 seeds of each are
     # measured by benchmarks/doctor_calibration.py --healthy (docs/doctor.md): too slow here.
-    rid = run_id(cli("train", "ppo", "--env", "CartPole-v1", "--no-progress"))
+    rid = run_id(cli("train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--no-progress"))
     found = findings_of(home, rid)
     assert not [f for f in found.values() if f["severity"] == "error"], found
     assert not [f for f in found.values() if f["severity"] == "warning"], found
@@ -259,3 +260,67 @@ def test_sb3_healthy_ppo_log_has_no_errors_and_reads_as_a_folder(cli, tmp_path):
     assert not [f for f in out["findings"] if f["severity"] == "error"], out["findings"]
     assert any(f["rule"] == "seed-success" for f in out["findings"])
     shutil.rmtree(tmp_path / "tb")
+
+
+# --- preference runs: the policy trains on a learned reward -------------------------------------
+
+RETURN_RULES = {
+    "entropy-flat",
+    "entropy-collapse",
+    "ep-len-collapse",
+    "losing-slower",
+    "never-better",
+    "reward-model-gamed",
+}
+
+
+def test_a_preference_run_is_judged_on_its_true_return(home):
+    """The issue's run: the learned-reward return flat and falling while the true return rose
+    42 -> 97. Read as the learned reward (the old behaviour), never-better fired."""
+    from backflip.doctor import examine
+    from backflip.doctor.series import progress
+    from tests.prefs_runs import write_preference_run
+
+    rng = np.random.default_rng(0)
+    true = np.linspace(42, 97, 100) + rng.normal(0, 3, 100)
+    learned = rng.normal(40, 25, 200) - np.linspace(0, 20, 200)
+    run_dir = write_preference_run(home, true, learned)
+    t = resolve_target(str(run_dir), home)
+    (d,) = t.runs
+    assert d.learned_reward and d.returns.mean == "prefs/true_return_mean"
+    p = progress(d)  # what every rule asking "did it improve?" sees
+    assert p.improved and p.describe().startswith("true return (prefs/true_return_mean) 4")
+    found = {f.rule: f for f in examine(t)}
+    assert "never-better" not in found and "reward-model-gamed" not in found, list(found)
+    for f in found.values():
+        if f.rule in RETURN_RULES:
+            assert "true return (prefs/true_return_mean)" in f.message, f.message
+            assert f.evidence["return_metric"] == "prefs/true_return_mean"
+    # the same files read as an ordinary run: the learned reward's episodes never get better
+    d.learned_reward = False
+    blind = {f.rule: f for f in examine(t)}["never-better"]
+    assert blind.metric == "rollout/ep_return_max" and "true return" not in blind.message
+
+
+def test_a_policy_gaming_its_reward_model_is_caught_and_named(home, tmp_path):
+    """The converse: the learned-reward return rises while the true return stays flat."""
+    from backflip.doctor import examine
+    from tests.prefs_runs import write_preference_run
+
+    rng = np.random.default_rng(1)
+    true = 42 + rng.normal(0, 3, 100)
+    learned = np.linspace(0, 300, 200) + rng.normal(0, 20, 200)
+    run_dir = write_preference_run(home, true, learned)
+    found = {f.rule: f for f in examine(resolve_target(str(run_dir), home))}
+    gamed = found["reward-model-gamed"]
+    assert gamed.severity == "warning" and gamed.metric == "prefs/true_return_mean"
+    assert "learned-reward return (rollout/ep_return_mean" in gamed.message
+    assert "but the true return (prefs/true_return_mean)" in gamed.message
+    assert gamed.evidence["learned_late"] > gamed.evidence["learned_early"] + 200
+    never = found["never-better"]
+    assert never.metric == "prefs/true_return_mean" and "true return" in never.message
+    # a seed folder without its run.json: the pipeline's prefs/* metrics say what it is
+    loose = tmp_path / "loose"
+    shutil.copytree(run_dir / "seeds" / "0", loose)
+    found = {f.rule for f in examine(resolve_target(str(loose), tmp_path))}
+    assert {"reward-model-gamed", "never-better"} <= found

@@ -19,7 +19,8 @@ from backflip.runs.archive import load_run
 from tests.conftest import ROOT, cli_env
 from tests.ui.support import backflip
 
-TINY = ["--env", "CartPole-v1", "--steps", "1024", "--set", "epochs=1", "--no-progress"]
+TINY = ["--env", "CartPole-v1", "--seeds", "1", "--steps", "1024", "--set", "epochs=1"]
+TINY += ["--no-progress"]
 
 
 def test_journal_groups_notes_and_runs_like_rahtz_and_counts_compute(cli, home):

@@ -1,9 +1,15 @@
-"""A stop request while seeds are still waiting for a worker ends the launch (it used to spin)."""
+"""Stopping a launch: Ctrl-C, `timeout -s INT`, SIGTERM to the launcher or SIGINT to one seed end
+each seed `interrupted` with a final checkpoint; seeds still waiting for a worker are marked not
+started (the launch used to spin)."""
 
+import json
+import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from backflip.runs.archive import load_run
 from tests.conftest import ROOT, cli_env
@@ -41,3 +47,62 @@ def test_max_wall_s_stops_a_seed_that_then_finishes_as_at_the_end_of_its_budget(
     assert 0 < seed["steps"] < 10_000_000 and seed["stopped_at_wall_s"] == 3
     assert len(seed["final_eval_returns"]) == 2  # evaluated, unlike an interrupted seed
     assert (home / record["id"] / "seeds" / "0" / "checkpoints" / "final.pt").exists()
+
+
+def _start(home, seeds=2):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", "--seeds",
+         str(seeds), "--workers", str(seeds), "--steps", "1000000", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(home), cwd=ROOT,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )  # fmt: skip
+    run_id = proc.stdout.readline().split()[1].rstrip(":")
+    deadline = time.time() + 120
+    for seed in range(seeds):  # every seed is training
+        metrics = home / run_id / "seeds" / str(seed) / "metrics.csv"
+        while time.time() < deadline and (not metrics.exists() or metrics.stat().st_size < 2000):
+            time.sleep(0.2)
+    return proc, run_id
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "ctrl-c",  # the terminal signals the whole foreground process group
+        "timeout -s INT",  # SIGINT to the launcher alone
+        "SIGTERM",  # to the launcher alone
+    ],
+)
+def test_a_stop_request_ends_every_seed_interrupted_with_a_final_checkpoint(home, how):
+    proc, run_id = _start(home)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    seeds = load_run(home / run_id)["seeds"]
+    assert [s["status"] for s in seeds] == ["interrupted"] * 2, seeds
+    for s in seeds:  # stopped at an iteration boundary, checkpointed: `resume` goes on from here
+        final = home / run_id / "seeds" / str(s["seed"]) / "checkpoints" / "final.pt"
+        assert final.exists() and s["steps"] > 0
+    assert f"backflip resume {run_id}" in out
+
+
+def test_a_second_ctrl_c_stops_at_once(home):
+    proc, run_id = _start(home, seeds=1)
+    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert load_run(home / run_id)["seeds"][0]["status"] == "interrupted"
+
+
+def test_sigint_to_one_seed_interrupts_it_with_a_final_checkpoint(home):
+    proc, run_id = _start(home, seeds=1)
+    pid = json.loads((home / run_id / "seeds" / "0" / "status.json").read_text())["pid"]
+    os.kill(pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    seed = load_run(home / run_id)["seeds"][0]
+    assert seed["status"] == "interrupted", err
+    assert (home / run_id / "seeds" / "0" / "checkpoints" / "final.pt").exists()
+    assert f"backflip resume {run_id}" in out

@@ -150,7 +150,7 @@ def test_resuming_from_a_checkpoint_continues_the_count(algo, tmp_path):
     ck = final_checkpoint(tmp_path / "a")
     cfg = resolve(algo, ENV[algo], [0], 1000, set_values=SMALL)
     run = SeedRun(cfg, 0, tmp_path / "b")
-    run.restored, run.start_step = ck["state"], ck["step"]
+    run.restore(ck)
     get_algo(algo).train(cfg.hp, run)
     run.close()
     assert run.result["steps"] == 1000
@@ -227,6 +227,8 @@ def test_mujoco_smoke_with_a_100_step_horizon(cli, home, algo, env):
         algo,
         "--env",
         env,
+        "--seeds",
+        "1",
         "--steps",
         "400",
         "--set",
@@ -247,3 +249,13 @@ def test_mujoco_smoke_with_a_100_step_horizon(cli, home, algo, env):
         home / record["id"] / "seeds" / "0" / "episodes.csv", delimiter=",", skiprows=1, ndmin=2
     )[:, 2]
     assert lengths.max() <= 100 and len(lengths) >= 4
+
+
+def test_parameter_counts_leave_out_target_networks():
+    import torch
+
+    from backflip.seedrun import count_params
+
+    net = {"w": torch.zeros(3, 4), "b": torch.zeros(4)}
+    state = {"q": net, "q_target": net, "critic_targ": net, "target_q": net, "opt": net}
+    assert count_params(state) == 16

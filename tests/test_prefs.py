@@ -265,7 +265,7 @@ def test_learned_reward_wraps_training_envs_only():
     class Const:
         calls = 0
 
-        def reward(self, obs, act):
+        def reward(self, obs, act, next_obs):
             return np.full(len(act), 7.0)
 
         def episode_reset(self):
@@ -324,6 +324,8 @@ def small_run(cli, *extra, steps=4096, labels=40):
         "eval_episodes=2",
         "--set",
         "env.max_episode_steps=100",  # short episodes: returns to correlate within the budget
+        "--seeds",
+        "1",
         "--no-progress",
         "--json",
         *extra,
@@ -419,6 +421,8 @@ def test_async_mode_and_split_stages(cli):
         "MovingDotLowDim-v0",
         "--labels",
         "30",
+        "--seeds",
+        "1",
         "--json",
         "--no-progress",
     )
@@ -431,6 +435,8 @@ def test_async_mode_and_split_stages(cli):
             gid,
             "--set",
             "prefs.pretrain_updates=20",
+            "--seeds",
+            "1",
             "--json",
             "--no-progress",
         ).stdout
@@ -735,3 +741,63 @@ def test_stacked_frames_keep_one_copy_of_each_frame_and_give_the_observations_ba
     assert StackedFrames(vectors).obs is vectors or np.array_equal(
         StackedFrames(vectors).obs, vectors
     )
+
+
+def test_replay_relabel_recomputes_every_stored_reward():
+    from backflip.buffers import ReplayBuffer
+
+    rb = ReplayBuffer(10, (2,), (1,), seed=0)
+    for i in range(13):  # wraps around the ring
+        rb.add(
+            np.full(2, i, np.float32), np.full(1, -i, np.float32), 0.5, np.zeros(2), False, False
+        )
+    rb.relabel(lambda obs, act, nxt: obs[:, 0] * 10 + act[:, 0] + nxt[:, 0], chunk=3)
+    assert np.array_equal(rb.rewards, rb.obs[:, 0] * 10 + rb.actions[:, 0])  # next_obs are 0
+    assert rb.rewards.dtype == np.float32 and len(rb) == 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relabel", [True, False])
+def test_an_off_policy_learner_trains_on_the_newest_reward_model(cli, relabel):
+    out = cli(
+        "prefs", "train", "sac", "--env", "Pendulum-v1", "--steps", "2400", "--labels", "30",
+        "--set", "learning_starts=400", "--set", "prefs.pretrain_updates=20",
+        "--set", "prefs.round_updates=10", "--set", "prefs.tick_steps=400",
+        "--set", "prefs.rm_updates_per_kstep=20", "--set", "eval_episodes=2",
+        "--set", f"prefs.relabel={str(relabel).lower()}", "--seeds", "1", "--no-progress",
+        "--json",
+    )  # fmt: skip
+    record = as_json(out.stdout)
+    m = read_metrics(f"{record['dir']}/seeds/0/metrics.csv")
+    rounds = m["reward_model/updates"][1][-1]
+    assert rounds > 20  # the model kept training while SAC did
+    lag, relabels = m["prefs/replay_reward_lag"][1], m["prefs/relabels"][1]
+    rules = {f["rule"] for f in record["findings"]}
+    if relabel:  # every new model relabels the buffer before SAC's next step
+        assert relabels[-1] >= 3 and lag[-1] == 0
+        assert "stale-replay-rewards" not in rules
+    else:  # the stale rewards show in the metric the doctor reads, and the doctor says so
+        assert relabels[-1] == 0 and lag[-1] >= 3
+        assert "stale-replay-rewards" in rules
+
+
+def test_agreement_with_the_true_reward_leaves_out_the_pairs_it_calls_equal():
+    from backflip.prefs.people import cohen_kappa, oracle_agreement, pace
+
+    def a(choice, left, right, t=0.0):
+        return {"choice": choice, "left_true": left, "right_true": right, "answered_at": t}
+
+    answers = [
+        a("left", 3, 1),
+        a("right", 3, 1),
+        a("left", 2, 2),
+        a("skip", 5, 0),
+        a("equal", 1, 4),
+    ]
+    assert oracle_agreement(answers) == {"agree": 1, "n": 3, "rate": 1 / 3}
+    assert oracle_agreement([a("left", 2, 2)]) is None  # a constant true reward has no opinion
+    assert cohen_kappa(["left", "right"], ["left", "right"]) == 1.0
+    assert cohen_kappa(["left", "left"], ["left", "left"]) is None  # chance agreement is total
+    times = [a("left", 1, 0, t) for t in (0.0, 10.0, 20.0)]
+    assert pace(times, now=20.0) == pytest.approx(6.0)  # 2 answers in 20 s
+    assert pace(times, now=40.0) == pytest.approx(3.0)  # stopped answering: the pace falls

@@ -32,6 +32,8 @@ def test_moving_dot_from_synthetic_preferences_beats_random(cli):
         "prefs.selection=random",
         "--set",
         "eval_episodes=20",
+        "--seeds",
+        "1",
         "--json",
         "--no-progress",
     )
@@ -74,6 +76,8 @@ def test_pixel_moving_dot_runs_end_to_end_with_the_cnn_reward_model(cli):
         "prefs.mode=sync",
         "--set",
         "eval_episodes=2",
+        "--seeds",
+        "1",
         "--json",
         "--no-progress",
     )

@@ -125,3 +125,19 @@ def test_learning_curve_aggregate_has_a_band_and_handles_a_seed_that_stopped_ear
         assert lo <= mid <= hi
     # at the end only the five healthy seeds count: IQM of k + 100 for k = 0..4 is 102
     assert agg["iqm"][-1] == pytest.approx(102.0)
+
+
+def test_an_interval_says_why_it_is_missing_instead_of_nan():
+    assert stats.interval(487.25, 500.0, 5, prefix="95% CI ") == "[95% CI 487.2, 500.0]"
+    assert stats.interval(0.125, 0.5, 3, digits=2) == "[0.12, 0.50]"
+    one = stats.summarize([41.3])
+    assert stats.interval(one["ci_low"], one["ci_high"], one["n"]) == "[no interval: 1 seed]"
+    assert stats.interval(None, None, 1) == "[no interval: 1 seed]"  # as archived in JSON
+    assert stats.interval(float("nan"), float("nan"), 0) == "[no interval: 0 seeds]"
+    assert stats.interval(None, 2.0, 4) == "[no interval]"
+    pair = stats.compare_pair([41.3], [47.2])
+    assert stats._p(pair["welch"]["p"]) == "n/a" and stats._p(None) == "n/a"
+    assert stats.verdict("A", "B", pair) == (
+        "insufficient evidence that A and B differ: P(B>A)=1.00 [no interval: 1 seed], "
+        "Welch p=n/a, 1 seed each"
+    )

@@ -17,6 +17,28 @@ from tests.conftest import ROOT, cli_env
 TINY = ["--steps", "2048", "--set", "epochs=2", "--no-progress"]
 
 
+def test_seeds_default_to_five_where_results_get_an_interval(tmp_path):
+    """Five seeds unless told otherwise (the statistics need them; --seeds 1 is a quick look)."""
+    from backflip.cli import build_parser
+
+    parser = build_parser()
+    env = ["--env", "CartPole-v1"]
+    assert parser.parse_args(["train", "ppo", *env]).seeds == 5
+    assert parser.parse_args(["sweep", "ppo", *env, "--vary", "lr=auto"]).seeds == 5
+    assert parser.parse_args(["ablate", "ppo", *env, "--switch", "adv_norm"]).seeds == 5
+    assert parser.parse_args(["train", "ppo", *env, "--seeds", "1"]).seeds == 1
+    # each seed of a preference run asks for its own labels: a person's run has 1 seed by default
+    from backflip.commands.prefs import build
+
+    def seeds(*args):
+        return build(parser.parse_args(["prefs", "train", "ppo", *args]), tmp_path)[0].seeds
+
+    assert seeds("--env", "MovingDotLowDim-v0") == [0, 1, 2, 3, 4]
+    assert seeds("--env", "MovingDotLowDim-v0", "--labeler", "human") == [0]
+    assert seeds("--env", "MovingDotLowDim-v0", "--set", "prefs.labeler=human") == [0]
+    assert seeds("--env", "MovingDotLowDim-v0", "--labeler", "human", "--seeds", "2") == [0, 1]
+
+
 def test_train_prints_run_id_first_and_summary_last_and_archives_everything(cli, home):
     proc = cli(
         "train",
@@ -66,12 +88,14 @@ def test_train_prints_run_id_first_and_summary_last_and_archives_everything(cli,
 
 
 def test_show_json_contract_and_runs_filters(cli, home):
-    cli("train", "ppo", "--env", "CartPole-v1", "-m", "first", *TINY)
+    cli("train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "-m", "first", *TINY)
     cli(
         "train",
         "ppo",
         "--env",
         "Pendulum-v1",
+        "--seeds",
+        "1",
         "-m",
         "second",
         "--steps",
@@ -106,7 +130,7 @@ def test_show_json_contract_and_runs_filters(cli, home):
 
 
 def test_rerun_uses_the_same_config_and_seeds_and_links_the_original(cli, home):
-    cli("train", "ppo", "--env", "CartPole-v1", "--seed-start", "7", *TINY)
+    cli("train", "ppo", "--env", "CartPole-v1", "--seed-start", "7", "--seeds", "1", *TINY)
     original = json.loads(cli("runs", "--json").stdout)[0]["id"]
     cli("rerun", original, "--no-progress")
     newest = json.loads(cli("runs", "--json").stdout)[0]
@@ -131,6 +155,8 @@ def test_same_seed_twice_gives_identical_metrics(cli, home):
             "CartPole-v1",
             "--seed-start",
             "3",
+            "--seeds",
+            "1",
             "--steps",
             "4096",
             "--set",
@@ -198,6 +224,8 @@ def test_env_that_raises_mid_training_fails_with_its_traceback_kept(cli, home):
         "ppo",
         "--env",
         "tests.fault_envs:CrashAfter-v0",
+        "--seeds",
+        "1",
         "--steps",
         "20000",
         "--set",
@@ -231,6 +259,8 @@ def test_four_concurrent_launches_leave_a_consistent_index(home):
                 "ppo",
                 "--env",
                 "CartPole-v1",
+                "--seeds",
+                "1",
                 "--steps",
                 "1024",
                 "--set",
@@ -279,7 +309,7 @@ def test_a_dead_launcher_is_reported_as_failed_not_running(home):
 def test_tensorboard_event_files_match_the_metrics_table(cli, home):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cli("train", "ppo", "--env", "CartPole-v1", *TINY)
+    cli("train", "ppo", "--env", "CartPole-v1", "--seeds", "1", *TINY)
     run_id = json.loads(cli("runs", "--json").stdout)[0]["id"]
     folder = home / run_id / "seeds" / "0"
     acc = EventAccumulator(str(folder / "tb"))
@@ -305,6 +335,8 @@ def test_target_return_stops_a_seed_once_evaluation_reaches_it(cli, home):
         "ppo",
         "--env",
         "CartPole-v1",
+        "--seeds",
+        "1",
         "--steps",
         "100000",
         "--set",

@@ -13,7 +13,8 @@ from backflip.telemetry import read_metrics
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
 pytest.importorskip("pygame")
 
-TINY = ["--env", "CartPole-v1", "--seed-start", "3", "--steps", "2048", "--set", "epochs=1"]
+TINY = ["--env", "CartPole-v1", "--seed-start", "3", "--seeds", "1", "--steps", "2048"]
+TINY += ["--set", "epochs=1"]
 
 
 def frames_of(path) -> tuple[int, tuple[int, int]]:

@@ -3,7 +3,8 @@
 Each algorithm is one module in this package that defines, at module level:
 
 - `Config`: a dataclass of hyperparameters, each field with a one-line docstring;
-- `train(cfg, env, seed, steps, run)`: the training loop (see `backflip.launch.SeedRun` for `run`);
+- `train(cfg, run)`: the training loop (`run` is a `backflip.seedrun.SeedRun`); DQN, DDPG, TD3
+  and SAC hand their pieces to the loop they share, `offpolicy.train`;
 - `ACTION_SPACES`: the action-space kinds it handles ("discrete", "box");
 - `DEFAULT_STEPS` and `PRESETS` (per-env overrides, optionally with a `steps` budget);
 - `load(checkpoint, obs_space, act_space, device="cpu") -> Agent` (see `algos/common.py`);
@@ -13,7 +14,9 @@ Each algorithm is one module in this package that defines, at module level:
 Optional: `ABLATIONS` ({switch name: settings that turn it off}, for `backflip ablate`) and
 `BENCHMARKS` ({env id: steps}, the reference envs of `backflip bench`; default: `PRESETS`).
 
-Modules are imported lazily so that commands which only read the archive never import torch.
+`common.py` (GAE, agents, health metrics) and `offpolicy.py` (the off-policy loop) are shared
+helpers, not algorithms. Modules are imported lazily so that commands which only read the
+archive never import torch.
 """
 
 from __future__ import annotations

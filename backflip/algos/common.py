@@ -160,28 +160,6 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if var == 0 else float(1 - (target - pred).var() / var)
 
 
-class EpisodeStats:
-    """The running episode of a one-env off-policy loop: return, discounted return, length, and
-    its first (observation, action) — so the critic's Q(s0, a0) can be compared with the
-    discounted return that was actually observed from there."""
-
-    def __init__(self, gamma: float):
-        self.gamma = gamma
-        self.reset()
-
-    def reset(self) -> None:
-        self.ret, self.disc_ret, self.length, self.discount = 0.0, 0.0, 0, 1.0
-        self.first_obs = self.first_action = None
-
-    def add(self, obs: np.ndarray, action: np.ndarray, reward: float) -> None:
-        if self.length == 0:
-            self.first_obs, self.first_action = obs.copy(), np.array(action, copy=True)
-        self.ret += reward
-        self.disc_ret += self.discount * reward
-        self.discount *= self.gamma
-        self.length += 1
-
-
 class EpisodeTracker:
     """Running return and length per env copy; finished episodes go to `tel.episode`.
 
@@ -200,20 +178,3 @@ class EpisodeTracker:
             for i in np.flatnonzero(done):
                 tel.episode(step, self.ret[i], self.len[i])
             self.ret[done], self.len[done] = 0.0, 0
-
-
-def log_recent_env_stats(tel, rb, n: int) -> None:
-    """The `env/` diagnostics (raw observation scale, reward statistics) over the last `n`
-    transitions in a replay buffer: what one-step-at-a-time algorithms saw since the last row."""
-    obs, rewards = rb.recent(n)
-    if len(rewards) == 0:
-        return
-    tel.log_stats("env/reward", rewards)
-    if obs.ndim == 2:  # vector observations (image scales say little and cost much)
-        obs = obs.astype(np.float64)
-        tel.log(
-            **{
-                "env/obs_absmean_max": float(np.abs(obs.mean(0)).max()),
-                "env/obs_std_max": float(obs.std(0).max()),
-            }
-        )

@@ -54,10 +54,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from backflip.algos.common import Agent, log_recent_env_stats
-from backflip.buffers import ReplayBuffer
+from backflip.algos import offpolicy
+from backflip.algos.common import Agent
 from backflip.config import TrainConfig
-from backflip.nets import encoder, frozen_copy, mlp, params_vector, polyak_update
+from backflip.nets import encoder, frozen_copy, mlp, polyak_update
 from backflip.seedrun import SeedRun
 
 ACTION_SPACES = ("discrete",)
@@ -114,30 +114,18 @@ class Config:
     """fraction of the budget over which epsilon falls linearly to eps_end"""
 
     def __post_init__(self):
-        from backflip.errors import UserError
-
-        checks = {
-            "hidden must list at least one layer size": len(self.hidden) >= 1,
-            "activation must be tanh, relu, elu or leaky_relu": self.activation
-            in ("tanh", "relu", "elu", "leaky_relu"),
-            "lr must be > 0": self.lr > 0,
-            "batch_size must be >= 1": self.batch_size >= 1,
-            "buffer_size must be >= batch_size": self.buffer_size >= self.batch_size,
-            "learning_starts must be >= 0": self.learning_starts >= 0,
-            "train_every must be >= 1": self.train_every >= 1,
-            "gradient_steps must be >= 1": self.gradient_steps >= 1,
-            "gamma must be in (0, 1]": 0 < self.gamma <= 1,
-            "n_step must be >= 1": self.n_step >= 1,
-            "target_every must be >= 1": self.target_every >= 1,
-            "tau must be in (0, 1]": 0 < self.tau <= 1,
-            "max_grad_norm must be >= 0": self.max_grad_norm >= 0,
-            "eps_start and eps_end must be in [0, 1]": 0 <= self.eps_end <= 1
-            and 0 <= self.eps_start <= 1,
-            "eps_fraction must be in (0, 1]": 0 < self.eps_fraction <= 1,
-        }
-        for message, ok in checks.items():
-            if not ok:
-                raise UserError(f"dqn: {message}")
+        offpolicy.check_config(
+            self,
+            {
+                "n_step must be >= 1": self.n_step >= 1,
+                "target_every must be >= 1": self.target_every >= 1,
+                "tau must be in (0, 1]": 0 < self.tau <= 1,
+                "max_grad_norm must be >= 0": self.max_grad_norm >= 0,
+                "eps_start and eps_end must be in [0, 1]": 0 <= self.eps_end <= 1
+                and 0 <= self.eps_start <= 1,
+                "eps_fraction must be in (0, 1]": 0 < self.eps_fraction <= 1,
+            },
+        )
 
 
 PRESETS: dict[str, dict] = {"CartPole-v1": {"steps": 50_000}}
@@ -188,54 +176,32 @@ def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
 
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
-    diag = tel.enabled
-    envs = run.make_vec(1)
-    obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    q = QNetwork(obs_space.shape, act_space.n, cfg).to(device)
+    xp = offpolicy.Experience(cfg, run)  # the env, the replay buffer, the exploration RNG
+    rb = xp.replay
+    q = QNetwork(xp.obs_space.shape, xp.act_space.n, cfg).to(device)
     q_target = frozen_copy(q)
     params, target_params = list(q.parameters()), list(q_target.parameters())
     opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=device.type == "cpu")
-    rb = ReplayBuffer(
-        min(cfg.buffer_size, run.steps),
-        obs_space.shape,
-        (),
-        obs_space.dtype,
-        np.int64,
-        seed=run.seed,
-        device=device,
-    )
-    rng = np.random.default_rng(run.seed)  # exploration draws
-    agent = make_agent(q, device)
+    ratio = offpolicy.UpdateRatio(tel, params)
     eps_steps = max(1, int(cfg.eps_fraction * run.steps))
     max_norm = cfg.max_grad_norm or math.inf
 
     def epsilon(step: int) -> float:
         return cfg.eps_start + (cfg.eps_end - cfg.eps_start) * min(1.0, step / eps_steps)
 
-    def state() -> dict:  # everything needed to continue training (backflip resume)
-        return {
-            "q": q.state_dict(),
-            "q_target": q_target.state_dict(),
-            "optimizer": opt.state_dict(),
-            "buffer": rb.state_dict(),
-            "rng": rng.bit_generator.state,
-            "counters": {"updates": updates, "target_updates": target_updates},
-        }
+    def explore(obs: np.ndarray, step: int) -> int:
+        """ε-greedy: a uniformly random action with probability ε(step), else argmax_a Q(s, a)."""
+        if xp.rng.random() < epsilon(step):
+            return xp.random_action()
+        with torch.inference_mode():
+            return int(q(torch.as_tensor(obs, device=device)).argmax())
 
-    step, updates, target_updates = 0, 0, 0
-    if run.restored:
-        q.load_state_dict(run.restored["q"])
-        q_target.load_state_dict(run.restored["q_target"])
-        opt.load_state_dict(run.restored["optimizer"])
-        rb.load_state_dict(run.restored["buffer"])
-        rng.bit_generator.state = run.restored["rng"]
-        updates = run.restored["counters"]["updates"]
-        target_updates = run.restored["counters"]["target_updates"]
-        step = run.start_step
-
-    def update() -> None:
-        """One gradient step on a uniformly sampled minibatch."""
-        nonlocal measure_ratio
+    def update(step: int, n: int) -> None:
+        """The n-th gradient step, on a uniformly sampled minibatch; every `target_every`-th
+        also moves the target network."""
+        if cfg.anneal_lr:  # linearly to 0 over the budget
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr * (1.0 - step / run.steps)
         if cfg.n_step == 1:
             b = rb.sample(cfg.batch_size)
         else:
@@ -255,85 +221,36 @@ def train(cfg: Config, run: SeedRun) -> None:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = nn.utils.clip_grad_norm_(params, max_norm)  # the norm before clipping
-        theta0 = params_vector(params).detach() if measure_ratio else None
-        opt.step()
-        if diag:
+        if tel.enabled:
             with torch.no_grad():
-                q_all = q_all.detach()
                 tel.store(
                     **{
                         "train/loss": loss.detach(),
                         "train/q_mean": q_taken.detach().mean(),
-                        "train/q_max": q_all.max(),
+                        "train/q_max": q_all.detach().max(),
                         "train/td_error": (q_taken.detach() - y).abs().mean(),
                         "train/grad_norm": norm,
                     }
                 )
-                if theta0 is not None:  # the size of one step, sampled once per metrics row
-                    theta = params_vector(params)
-                    tel.log(
-                        **{"train/update_ratio": float((theta - theta0).norm() / theta0.norm())}
-                    )
-                    measure_ratio = False
+        theta0 = ratio.before()
+        opt.step()
+        ratio.after(theta0)
+        if n % cfg.target_every == 0:
+            polyak_update(target_params, params, cfg.tau)
 
-    obs, _ = envs.reset(seed=run.env_seed + step)
-    ep_ret, ep_len = 0.0, 0
-    action = np.zeros(1, np.int64)
-    measure_ratio = diag
-    last_row = step
-    while step < run.steps and not run.stopping:
-        # -- one env step ---------------------------------------------------------------------
-        with tel.timer("rollout"):
-            if step < cfg.learning_starts or rng.random() < epsilon(step):
-                action[0] = rng.integers(act_space.n)
-            else:
-                with torch.inference_mode():
-                    action[0] = int(q(torch.as_tensor(obs, device=device)).argmax())
-            next_obs, reward, term, trunc, _ = envs.step(action)
-            rb.add(obs[0], action[0], reward[0], next_obs[0], term[0], trunc[0])
-            step += 1
-            ep_ret += float(reward[0])
-            ep_len += 1
-            obs = next_obs
-            if term[0] or trunc[0]:
-                tel.episode(step, ep_ret, ep_len)
-                ep_ret, ep_len = 0.0, 0
-                # NEXT_STEP autoreset: this call only resets (action ignored); not a transition
-                obs, *_ = envs.step(action)
+    def row(step: int, updates: int) -> dict:
+        return {
+            "rollout/epsilon": epsilon(step),
+            "train/target_updates": updates // cfg.target_every,
+            "train/lr": opt.param_groups[0]["lr"],
+        }
 
-        # -- learn ------------------------------------------------------------------------------
-        if step >= cfg.learning_starts and step % cfg.train_every == 0:
-            with tel.timer("update"):
-                if cfg.anneal_lr:
-                    for g in opt.param_groups:
-                        g["lr"] = cfg.lr * (1.0 - step / run.steps)
-                for _ in range(cfg.gradient_steps):
-                    update()
-                    updates += 1
-                    if updates % cfg.target_every == 0:
-                        polyak_update(target_params, params, cfg.tau)
-                        target_updates += 1
-
-        # -- one metrics row per log interval ---------------------------------------------------
-        if run.log_due(step):
-            if diag:
-                log_recent_env_stats(tel, rb, step - last_row)
-                last_row = step
-                tel.log(
-                    **{
-                        "rollout/epsilon": epsilon(step),
-                        "train/target_updates": target_updates,
-                        "train/updates": updates,
-                        "train/replay_size": len(rb),
-                        "train/lr": opt.param_groups[0]["lr"],
-                    }
-                )
-                measure_ratio = True
-            if run.eval_due(step):
-                run.evaluate(step, agent.act)
-            run.log(step)
-            if run.checkpoint_due(step):
-                run.save_checkpoint(step, state())
-
-    run.finish(step, agent.act, state())
-    envs.close()
+    learner = offpolicy.Learner(
+        explore=explore,
+        update=update,
+        agent=make_agent(q, device),
+        state={"q": q, "q_target": q_target, "optimizer": opt},
+        update_ratio=ratio,
+        row=row,
+    )
+    offpolicy.train(cfg, run, xp, learner)

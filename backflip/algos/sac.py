@@ -18,9 +18,8 @@ return plus α times the policy's entropy:
 policy becomes too certain and falls when it is too random. The critics' weights are frozen
 during the actor's backward pass (the actor needs dQ/da only). Greedy actions are tanh(m(s)).
 
-Episode ends: only `terminated` cuts the bootstrap; a time-limit truncation bootstraps from the
-episode's final observation, the one returned by the step that ended it. Gymnasium's NEXT_STEP
-autoreset then spends one `step` call on the reset, which is neither stored nor counted.
+The loop around `update` (acting, replay, episode ends, metrics rows, checkpoints, resume) is
+the one all off-policy algorithms share: `backflip/algos/offpolicy.py`.
 """
 
 from __future__ import annotations
@@ -32,18 +31,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from backflip.algos.common import Agent, EpisodeStats, log_recent_env_stats
-from backflip.buffers import ReplayBuffer
+from backflip.algos import offpolicy
+from backflip.algos.common import Agent
 from backflip.config import TrainConfig
 from backflip.nets import (
     QCritics,
     frozen_copy,
     grad_norm,
     mlp,
-    params_vector,
     polyak_update,
     squashed_gaussian_sample,
-    to_bounds,
 )
 from backflip.seedrun import SeedRun
 
@@ -86,40 +83,23 @@ class Config:
     """entropy the temperature aims for, nats (0: -dim(A), the usual choice)"""
 
     def __post_init__(self):
-        from backflip.errors import UserError
-
-        checks = {
-            "hidden must list at least one layer size": len(self.hidden) >= 1,
-            "activation must be tanh, relu, elu or leaky_relu": self.activation
-            in ("tanh", "relu", "elu", "leaky_relu"),
-            "lr must be > 0": self.lr > 0,
-            "batch_size must be >= 1": self.batch_size >= 1,
-            "buffer_size must be >= batch_size": self.buffer_size >= self.batch_size,
-            "learning_starts must be >= 0": self.learning_starts >= 0,
-            "train_every must be >= 1": self.train_every >= 1,
-            "gradient_steps must be >= 1": self.gradient_steps >= 1,
-            "gamma must be in (0, 1]": 0 < self.gamma <= 1,
-            "tau must be in (0, 1]": 0 < self.tau <= 1,
-            "target_every must be >= 1": self.target_every >= 1,
-            "alpha_init must be > 0": self.alpha_init > 0,
-        }
-        for message, ok in checks.items():
-            if not ok:
-                raise UserError(f"sac: {message}")
+        offpolicy.check_config(
+            self,
+            {
+                "tau must be in (0, 1]": 0 < self.tau <= 1,
+                "target_every must be >= 1": self.target_every >= 1,
+                "alpha_init must be > 0": self.alpha_init > 0,
+            },
+        )
 
 
-PRESETS: dict[str, dict] = {"Pendulum-v1": {"steps": 20_000}}
-# `backflip probe sac`: the default budgets of the probes (3,000-16,000 steps, one gradient
-# step of 256 each) take over a minute; one-step episodes need far less (docs/doctor.md, "Probes")
-PRESETS.update(
-    {
-        f"backflip/Probe{k}Box-v0": {"steps": steps, "batch_size": 128}
-        for k, steps in {1: 800, 2: 1200, 3: 1500, 4: 2000, 5: 3000}.items()
-    }
-)
-# probe 3 bootstraps: faster target critics, and a smaller initial temperature: the soft value
-# V(0) = γ (Q(1, ·) − α log π) is γ plus an entropy term until α decays (0.58 with α₀ = 1)
-PRESETS["backflip/Probe3Box-v0"].update({"tau": 0.02, "alpha_init": 0.1})
+PRESETS: dict[str, dict] = {
+    "Pendulum-v1": {"steps": 20_000},
+    # `backflip probe sac`; probe 3 bootstraps: faster target critics, and a smaller initial
+    # temperature: the soft value V(0) = γ (Q(1, ·) − α log π) is γ plus an entropy term until α
+    # decays (0.58 with α₀ = 1)
+    **offpolicy.box_probe_presets({"tau": 0.02, "alpha_init": 0.1}, batch_size=128),
+}
 
 
 class Actor(nn.Module):
@@ -141,91 +121,47 @@ class Actor(nn.Module):
         return torch.tanh(self(obs)[0])
 
 
-def make_agent(actor: Actor, critic: QCritics, act_space, device) -> Agent:
-    """Greedy actions tanh(m(s)) in the env's bounds, and values min_i Q_i(s, tanh(m(s)))."""
-    low, high = act_space.low, act_space.high
-
-    @torch.inference_mode()
-    def act(o: np.ndarray) -> np.ndarray:
-        a = actor.greedy(torch.as_tensor(o, device=device))
-        return to_bounds(a.cpu().numpy(), low, high)
-
-    @torch.inference_mode()
-    def value(o: np.ndarray) -> np.ndarray:
-        o = torch.as_tensor(o, device=device)
-        return critic(o, actor.greedy(o)).min(0).values.cpu().numpy()
-
-    return Agent(act=act, value=value)
+def networks(cfg: Config, obs_space, act_space, device) -> tuple[Actor, QCritics]:
+    """The squashed Gaussian actor and the twin critics."""
+    obs_dim, act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
+    actor = Actor(obs_dim, act_dim, cfg)
+    critic = QCritics(obs_dim, act_dim, cfg.hidden, cfg.activation, n=2)
+    return actor.to(device), critic.to(device)
 
 
 def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
-    """The trained agent stored in a checkpoint written by `train`."""
-    cfg = TrainConfig.from_dict(checkpoint["config"]).hp
-    obs_dim, act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
-    actor = Actor(obs_dim, act_dim, cfg).to(device)
-    critic = QCritics(obs_dim, act_dim, cfg.hidden, cfg.activation, n=2).to(device)
-    actor.load_state_dict(checkpoint["state"]["actor"])
-    critic.load_state_dict(checkpoint["state"]["critic"])
-    return make_agent(actor, critic, act_space, torch.device(device))
+    """The trained agent stored in a checkpoint written by `train`: greedy actions tanh(m(s))."""
+    actor, critic = networks(
+        TrainConfig.from_dict(checkpoint["config"]).hp, obs_space, act_space, device
+    )
+    offpolicy.load_networks(checkpoint["state"], actor=actor, critic=critic)
+    return offpolicy.box_agent(actor.greedy, critic, act_space, device)
 
 
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
-    diag = tel.enabled
-    envs = run.make_vec(1)
-    obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    obs_dim, act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
-    low, high = act_space.low, act_space.high
-    actor = Actor(obs_dim, act_dim, cfg).to(device)
-    critic = QCritics(obs_dim, act_dim, cfg.hidden, cfg.activation, n=2).to(device)
+    xp = offpolicy.Experience(cfg, run)  # the env, the replay buffer, the exploration RNG
+    rb = xp.replay
+    actor, critic = networks(cfg, xp.obs_space, xp.act_space, device)
     critic_targ = frozen_copy(critic)
     actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
     critic_targ_params = list(critic_targ.parameters())
     log_alpha = torch.tensor(math.log(cfg.alpha_init), device=device, requires_grad=True)
-    target_entropy = cfg.target_entropy or -float(act_dim)
+    target_entropy = cfg.target_entropy or -float(xp.act_dim)
     fused = device.type == "cpu"
     actor_opt = torch.optim.Adam(actor_params, lr=cfg.lr, fused=fused)
     critic_opt = torch.optim.Adam(critic_params, lr=cfg.lr, fused=fused)
     alpha_opt = torch.optim.Adam([log_alpha], lr=cfg.lr, fused=fused)
-    rb = ReplayBuffer(
-        min(cfg.buffer_size, run.steps), (obs_dim,), (act_dim,), seed=run.seed, device=device
-    )
-    rng = np.random.default_rng(run.seed)  # random actions before learning starts
-    agent = make_agent(actor, critic, act_space, device)
+    ratio = offpolicy.UpdateRatio(tel, actor_params)
 
-    def state() -> dict:  # everything needed to continue training (backflip resume)
-        return {
-            "actor": actor.state_dict(),
-            "critic": critic.state_dict(),
-            "critic_targ": critic_targ.state_dict(),
-            "log_alpha": log_alpha.detach().clone(),
-            "actor_opt": actor_opt.state_dict(),
-            "critic_opt": critic_opt.state_dict(),
-            "alpha_opt": alpha_opt.state_dict(),
-            "buffer": rb.state_dict(),
-            "rng": rng.bit_generator.state,
-            "updates": updates,
-        }
+    def explore(obs: np.ndarray, step: int) -> np.ndarray:
+        """A sample of the policy."""
+        with torch.inference_mode():
+            return actor.sample(torch.as_tensor(obs, device=device))[0][0].cpu().numpy()
 
-    step, updates = 0, 0
-    if run.restored:
-        for name, obj in (
-            ("actor", actor),
-            ("critic", critic),
-            ("critic_targ", critic_targ),
-            ("actor_opt", actor_opt),
-            ("critic_opt", critic_opt),
-            ("alpha_opt", alpha_opt),
-            ("buffer", rb),
-        ):
-            obj.load_state_dict(run.restored[name])
-        with torch.no_grad():
-            log_alpha.copy_(run.restored["log_alpha"])
-        rng.bit_generator.state = run.restored["rng"]
-        updates, step = run.restored["updates"], run.start_step
-
-    def update() -> None:
-        nonlocal updates, measure_ratio
+    def update(step: int, n: int) -> None:
+        """Temperature, critics, then the actor against the updated critics; every
+        `target_every`-th step, the target critics' Polyak update."""
         b = rb.sample(cfg.batch_size)
         # -- temperature: from the current policy's log-densities -----------------------------
         pi, logp = actor.sample(b.obs)
@@ -246,17 +182,17 @@ def train(cfg: Config, run: SeedRun) -> None:
         critic_loss.backward()
         critic_opt.step()
         # -- actor, against the updated critics -----------------------------------------------
-        theta0 = params_vector(actor_params).detach() if measure_ratio else None
+        theta0 = ratio.before()
         critic.requires_grad_(False)  # the actor needs dQ/da only
         actor_loss = (alpha * logp - critic(b.obs, pi).min(0).values).mean()
         actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         actor_opt.step()
         critic.requires_grad_(True)
-        updates += 1
-        if updates % cfg.target_every == 0:
+        ratio.after(theta0)
+        if n % cfg.target_every == 0:
             polyak_update(critic_targ_params, critic_params, cfg.tau)
-        if diag:
+        if tel.enabled:
             with torch.no_grad():
                 tel.store(
                     **{
@@ -272,70 +208,21 @@ def train(cfg: Config, run: SeedRun) -> None:
                 )
                 if cfg.autotune_alpha:
                     tel.store(**{"train/alpha_loss": alpha_loss.detach()})
-                if theta0 is not None:  # the size of one actor step, once per metrics row
-                    theta = params_vector(actor_params)
-                    ratio = float((theta - theta0).norm() / theta0.norm())
-                    tel.log(**{"train/update_ratio": ratio})
-                    measure_ratio = False
 
-    def episode_end(ep: EpisodeStats) -> None:
-        """Log the episode, and the critics' Q(s0, a0) next to the discounted return observed."""
-        tel.episode(step, ep.ret, ep.length)
-        if diag:
-            with torch.no_grad():
-                s0 = torch.as_tensor(ep.first_obs, device=device)[None]
-                a0 = torch.as_tensor(ep.first_action, device=device)[None]
-                q0 = critic(s0, a0).min(0).values[0]
-            tel.store(
-                **{
-                    "rollout/q_ep_start": q0,
-                    "rollout/return_disc": ep.disc_ret,
-                    "rollout/q_overestimate": q0 - ep.disc_ret,
-                }
-            )
-        ep.reset()
-
-    obs, _ = envs.reset(seed=run.env_seed + step)
-    ep = EpisodeStats(cfg.gamma)
-    measure_ratio = diag
-    last_row = step
-    while step < run.steps and not run.stopping:
-        # -- one env step ---------------------------------------------------------------------
-        with tel.timer("rollout"):
-            if step < cfg.learning_starts:
-                a = rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
-            else:
-                with torch.inference_mode():
-                    a = actor.sample(torch.as_tensor(obs, device=device))[0][0].cpu().numpy()
-            env_action = to_bounds(a, low, high)[None]
-            next_obs, reward, term, trunc, _ = envs.step(env_action)
-            rb.add(obs[0], a, reward[0], next_obs[0], term[0], trunc[0])
-            ep.add(obs[0], a, float(reward[0]))
-            step += 1
-            obs = next_obs
-            if term[0] or trunc[0]:
-                episode_end(ep)
-                # NEXT_STEP autoreset: this call only resets (action ignored); not a transition
-                obs, *_ = envs.step(env_action)
-
-        # -- learn ------------------------------------------------------------------------------
-        if step >= cfg.learning_starts and step % cfg.train_every == 0:
-            with tel.timer("update"):
-                for _ in range(cfg.gradient_steps):
-                    update()
-
-        # -- one metrics row per log interval ---------------------------------------------------
-        if run.log_due(step):
-            if diag:
-                log_recent_env_stats(tel, rb, step - last_row)
-                last_row = step
-                tel.log(**{"train/updates": updates, "train/replay_size": len(rb)})
-                measure_ratio = True
-            if run.eval_due(step):
-                run.evaluate(step, agent.act)
-            run.log(step)
-            if run.checkpoint_due(step):
-                run.save_checkpoint(step, state())
-
-    run.finish(step, agent.act, state())
-    envs.close()
+    learner = offpolicy.Learner(
+        explore=explore,
+        update=update,
+        agent=offpolicy.box_agent(actor.greedy, critic, xp.act_space, device),
+        state={
+            "actor": actor,
+            "critic": critic,
+            "critic_targ": critic_targ,
+            "log_alpha": log_alpha,
+            "actor_opt": actor_opt,
+            "critic_opt": critic_opt,
+            "alpha_opt": alpha_opt,
+        },
+        update_ratio=ratio,
+        q_start=lambda s0, a0: critic(s0, a0).min(0).values[0],
+    )
+    offpolicy.train(cfg, run, xp, learner)

@@ -16,9 +16,12 @@ updates on uniform minibatches:
 The critic's weights are frozen during the actor's backward pass: the actor needs dQ/da only,
 and skipping the critic's weight gradients saves about a sixth of an update's work.
 
-Episode ends: only `terminated` cuts the bootstrap; a time-limit truncation bootstraps from the
-episode's final observation, the one returned by the step that ended it. Gymnasium's NEXT_STEP
-autoreset then spends one `step` call on the reset, which is neither stored nor counted.
+DDPG (`ddpg.py`) is this algorithm without the three fixes, as Fujimoto et al. and
+Stable-Baselines3 present it: one critic (`n_critics=1`), no target-policy smoothing
+(`target_noise=0`) and an actor update after every critic update (`policy_delay=1`).
+
+The loop around `update` (acting, replay, episode ends, metrics rows, checkpoints, resume) is
+the one all off-policy algorithms share: `backflip/algos/offpolicy.py`.
 """
 
 from __future__ import annotations
@@ -29,18 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from backflip.algos.common import Agent, EpisodeStats, log_recent_env_stats
-from backflip.buffers import ReplayBuffer
+from backflip.algos import offpolicy
+from backflip.algos.common import Agent
 from backflip.config import TrainConfig
-from backflip.nets import (
-    QCritics,
-    frozen_copy,
-    grad_norm,
-    mlp,
-    params_vector,
-    polyak_update,
-    to_bounds,
-)
+from backflip.nets import QCritics, frozen_copy, grad_norm, mlp, polyak_update
 from backflip.seedrun import SeedRun
 
 ACTION_SPACES = ("box",)
@@ -71,155 +66,96 @@ class Config:
     """discount factor"""
     tau: float = 0.005
     """Polyak rate of the target networks"""
+    n_critics: int = 2
+    """Q-networks; targets take their minimum (clipped double-Q), the actor climbs the first"""
     policy_delay: int = 2
     """critic updates per actor (and target) update"""
     action_noise: float = 0.1
     """std of the Gaussian exploration noise, in [-1, 1] action units"""
     target_noise: float = 0.2
-    """std of the target-policy smoothing noise"""
+    """std of the target-policy smoothing noise (0: no smoothing)"""
     target_noise_clip: float = 0.5
     """clip of the target-policy smoothing noise"""
 
     def __post_init__(self):
-        from backflip.errors import UserError
-
-        checks = {
-            "hidden must list at least one layer size": len(self.hidden) >= 1,
-            "activation must be tanh, relu, elu or leaky_relu": self.activation
-            in ("tanh", "relu", "elu", "leaky_relu"),
-            "lr must be > 0": self.lr > 0,
-            "batch_size must be >= 1": self.batch_size >= 1,
-            "buffer_size must be >= batch_size": self.buffer_size >= self.batch_size,
-            "learning_starts must be >= 0": self.learning_starts >= 0,
-            "train_every must be >= 1": self.train_every >= 1,
-            "gradient_steps must be >= 1": self.gradient_steps >= 1,
-            "gamma must be in (0, 1]": 0 < self.gamma <= 1,
-            "tau must be in (0, 1]": 0 < self.tau <= 1,
-            "policy_delay must be >= 1": self.policy_delay >= 1,
-            "action_noise must be >= 0": self.action_noise >= 0,
-            "target_noise must be >= 0": self.target_noise >= 0,
-            "target_noise_clip must be >= 0": self.target_noise_clip >= 0,
-        }
-        for message, ok in checks.items():
-            if not ok:
-                raise UserError(f"td3: {message}")
+        offpolicy.check_config(
+            self,
+            {
+                "tau must be in (0, 1]": 0 < self.tau <= 1,
+                "n_critics must be >= 1": self.n_critics >= 1,
+                "policy_delay must be >= 1": self.policy_delay >= 1,
+                "action_noise must be >= 0": self.action_noise >= 0,
+                "target_noise must be >= 0": self.target_noise >= 0,
+                "target_noise_clip must be >= 0": self.target_noise_clip >= 0,
+            },
+        )
 
 
-PRESETS: dict[str, dict] = {"Pendulum-v1": {"steps": 20_000}}
-# `backflip probe td3`: the default budgets of the probes (3,000-16,000 steps, one gradient
-# step of 256 each) take over a minute; one-step episodes need far less (docs/doctor.md, "Probes")
-PRESETS.update(
-    {
-        f"backflip/Probe{k}Box-v0": {"steps": steps, "batch_size": 128, "learning_starts": 200}
-        for k, steps in {1: 800, 2: 1200, 3: 1500, 4: 2000, 5: 3000}.items()
-    }
-)
-# probe 3 bootstraps: faster target critics
-PRESETS["backflip/Probe3Box-v0"].update({"tau": 0.02})
+PRESETS: dict[str, dict] = {
+    "Pendulum-v1": {"steps": 20_000},
+    # `backflip probe td3`; probe 3 bootstraps: faster target critics
+    **offpolicy.box_probe_presets({"tau": 0.02}, batch_size=128, learning_starts=200),
+}
 
 
-def make_actor(obs_dim: int, act_dim: int, cfg: Config) -> nn.Module:
-    """μ(s) in [-1, 1]^act_dim."""
-    return nn.Sequential(
+def networks(cfg: Config, obs_space, act_space, device) -> tuple[nn.Module, QCritics]:
+    """The actor μ(s) in [-1, 1]^act_dim (an MLP ending in tanh) and `n_critics` Q(s, a) MLPs."""
+    obs_dim, act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
+    actor = nn.Sequential(
         mlp([obs_dim, *cfg.hidden, act_dim], cfg.activation, orthogonal=False), nn.Tanh()
     )
+    critic = QCritics(obs_dim, act_dim, cfg.hidden, cfg.activation, n=cfg.n_critics)
+    return actor.to(device), critic.to(device)
 
 
-def make_agent(actor: nn.Module, critic: QCritics, act_space, device) -> Agent:
-    """Greedy actions μ(s) in the env's bounds, and values min_i Q_i(s, μ(s))."""
-    low, high = act_space.low, act_space.high
-
-    @torch.inference_mode()
-    def act(o: np.ndarray) -> np.ndarray:
-        return to_bounds(actor(torch.as_tensor(o, device=device)).cpu().numpy(), low, high)
-
-    @torch.inference_mode()
-    def value(o: np.ndarray) -> np.ndarray:
-        o = torch.as_tensor(o, device=device)
-        return critic(o, actor(o)).min(0).values.cpu().numpy()
-
-    return Agent(act=act, value=value)
-
-
-def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
-    """The trained agent stored in a checkpoint written by `train`."""
-    cfg = TrainConfig.from_dict(checkpoint["config"]).hp
-    obs_dim, act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
-    actor = make_actor(obs_dim, act_dim, cfg).to(device)
-    critic = QCritics(obs_dim, act_dim, cfg.hidden, cfg.activation, n=2).to(device)
-    actor.load_state_dict(checkpoint["state"]["actor"])
-    critic.load_state_dict(checkpoint["state"]["critic"])
-    return make_agent(actor, critic, act_space, torch.device(device))
+def load(checkpoint: dict, obs_space, act_space, device="cpu", cfg: Config | None = None) -> Agent:
+    """The trained agent stored in a checkpoint written by `train` (`cfg`: its TD3 settings, when
+    the checkpoint's own config is another algorithm's, DDPG's)."""
+    cfg = cfg or TrainConfig.from_dict(checkpoint["config"]).hp
+    actor, critic = networks(cfg, obs_space, act_space, device)
+    offpolicy.load_networks(checkpoint["state"], actor=actor, critic=critic)
+    return offpolicy.box_agent(actor, critic, act_space, device)
 
 
 def train(cfg: Config, run: SeedRun) -> None:
     tel, device = run.tel, run.device
-    diag = tel.enabled
-    envs = run.make_vec(1)
-    obs_space, act_space = envs.single_observation_space, envs.single_action_space
-    obs_dim, act_dim = int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
-    low, high = act_space.low, act_space.high
-    actor = make_actor(obs_dim, act_dim, cfg).to(device)
-    critic = QCritics(obs_dim, act_dim, cfg.hidden, cfg.activation, n=2).to(device)
+    xp = offpolicy.Experience(cfg, run)  # the env, the replay buffer, the exploration RNG
+    rb = xp.replay
+    actor, critic = networks(cfg, xp.obs_space, xp.act_space, device)
     actor_targ, critic_targ = frozen_copy(actor), frozen_copy(critic)
     actor_params, critic_params = list(actor.parameters()), list(critic.parameters())
-    actor_targ_params, critic_targ_params = (
-        list(actor_targ.parameters()),
-        list(critic_targ.parameters()),
-    )
+    actor_targ_params = list(actor_targ.parameters())
+    critic_targ_params = list(critic_targ.parameters())
     fused = device.type == "cpu"
     actor_opt = torch.optim.Adam(actor_params, lr=cfg.lr, fused=fused)
     critic_opt = torch.optim.Adam(critic_params, lr=cfg.lr, fused=fused)
-    rb = ReplayBuffer(
-        min(cfg.buffer_size, run.steps), (obs_dim,), (act_dim,), seed=run.seed, device=device
-    )
-    rng = np.random.default_rng(run.seed)  # exploration noise
-    agent = make_agent(actor, critic, act_space, device)
+    ratio = offpolicy.UpdateRatio(tel, actor_params)
 
-    def state() -> dict:  # everything needed to continue training (backflip resume)
-        return {
-            "actor": actor.state_dict(),
-            "critic": critic.state_dict(),
-            "actor_targ": actor_targ.state_dict(),
-            "critic_targ": critic_targ.state_dict(),
-            "actor_opt": actor_opt.state_dict(),
-            "critic_opt": critic_opt.state_dict(),
-            "buffer": rb.state_dict(),
-            "rng": rng.bit_generator.state,
-            "updates": updates,
-        }
+    def explore(obs: np.ndarray, step: int) -> np.ndarray:
+        """μ(s) plus Gaussian noise, clipped to [-1, 1]."""
+        with torch.inference_mode():
+            a = actor(torch.as_tensor(obs, device=device))[0].cpu().numpy()
+        noise = cfg.action_noise * xp.rng.standard_normal(xp.act_dim)
+        return np.clip(a + noise, -1.0, 1.0).astype(np.float32)
 
-    step, updates = 0, 0
-    if run.restored:
-        for name, obj in (
-            ("actor", actor),
-            ("critic", critic),
-            ("actor_targ", actor_targ),
-            ("critic_targ", critic_targ),
-            ("actor_opt", actor_opt),
-            ("critic_opt", critic_opt),
-            ("buffer", rb),
-        ):
-            obj.load_state_dict(run.restored[name])
-        rng.bit_generator.state = run.restored["rng"]
-        updates, step = run.restored["updates"], run.start_step
-
-    def update() -> None:
-        nonlocal updates, measure_ratio
+    def update(step: int, n: int) -> None:
+        """A critic step on a minibatch; every `policy_delay`-th one, an actor step and the
+        targets' Polyak update."""
         b = rb.sample(cfg.batch_size)
         with torch.no_grad():
-            noise = torch.randn_like(b.actions) * cfg.target_noise
-            noise = noise.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)
-            a_next = (actor_targ(b.next_obs) + noise).clamp(-1.0, 1.0)
+            a_next = actor_targ(b.next_obs)
+            if cfg.target_noise:  # target-policy smoothing
+                noise = torch.randn_like(b.actions) * cfg.target_noise
+                noise = noise.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)
+                a_next = (a_next + noise).clamp(-1.0, 1.0)
             q_next = critic_targ(b.next_obs, a_next).min(0).values
             y = b.rewards + cfg.gamma * (1.0 - b.terminated) * q_next
-        qs = critic(b.obs, b.actions)  # (2, B)
+        qs = critic(b.obs, b.actions)  # (n_critics, B)
         critic_loss = (qs - y).pow(2).mean(1).sum()
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
         critic_opt.step()
-        updates += 1
-        if diag:
+        if tel.enabled:
             tel.store(
                 **{
                     "train/critic_loss": critic_loss.detach(),
@@ -227,10 +163,10 @@ def train(cfg: Config, run: SeedRun) -> None:
                     "train/critic_grad_norm": grad_norm(critic_params),
                 }
             )
-        if updates % cfg.policy_delay:
+        if n % cfg.policy_delay:
             return
         # -- delayed actor and target update ---------------------------------------------------
-        theta0 = params_vector(actor_params).detach() if measure_ratio else None
+        theta0 = ratio.before()
         critic.requires_grad_(False)  # the actor needs dQ/da only
         pi = actor(b.obs)
         actor_loss = -critic.qs[0](torch.cat([b.obs, pi], -1)).mean()
@@ -238,9 +174,10 @@ def train(cfg: Config, run: SeedRun) -> None:
         actor_loss.backward()
         actor_opt.step()
         critic.requires_grad_(True)
+        ratio.after(theta0)
         polyak_update(critic_targ_params, critic_params, cfg.tau)
         polyak_update(actor_targ_params, actor_params, cfg.tau)
-        if diag:
+        if tel.enabled:
             with torch.no_grad():
                 tel.store(
                     **{
@@ -249,79 +186,21 @@ def train(cfg: Config, run: SeedRun) -> None:
                         "train/action_sat_frac": (pi.detach().abs() > 0.99).float().mean(),
                     }
                 )
-                if theta0 is not None:  # the size of one actor step, once per metrics row
-                    theta = params_vector(actor_params)
-                    tel.log(
-                        **{"train/update_ratio": float((theta - theta0).norm() / theta0.norm())}
-                    )
-                    measure_ratio = False
 
-    def episode_end(ep: EpisodeStats) -> None:
-        """Log the episode, and the critic's Q(s0, a0) next to the discounted return observed."""
-        tel.episode(step, ep.ret, ep.length)
-        if diag:
-            with torch.no_grad():
-                s0 = torch.as_tensor(ep.first_obs, device=device)[None]
-                a0 = torch.as_tensor(ep.first_action, device=device)[None]
-                q0 = critic(s0, a0).min(0).values[0]
-            tel.store(
-                **{
-                    "rollout/q_ep_start": q0,
-                    "rollout/return_disc": ep.disc_ret,
-                    "rollout/q_overestimate": q0 - ep.disc_ret,
-                }
-            )
-        ep.reset()
-
-    obs, _ = envs.reset(seed=run.env_seed + step)
-    ep = EpisodeStats(cfg.gamma)
-    measure_ratio = diag
-    last_row = step
-    while step < run.steps and not run.stopping:
-        # -- one env step ---------------------------------------------------------------------
-        with tel.timer("rollout"):
-            if step < cfg.learning_starts:
-                a = rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
-            else:
-                with torch.inference_mode():
-                    a = actor(torch.as_tensor(obs, device=device))[0].cpu().numpy()
-                noise = cfg.action_noise * rng.standard_normal(act_dim)
-                a = np.clip(a + noise, -1.0, 1.0).astype(np.float32)
-            env_action = to_bounds(a, low, high)[None]
-            next_obs, reward, term, trunc, _ = envs.step(env_action)
-            rb.add(obs[0], a, reward[0], next_obs[0], term[0], trunc[0])
-            ep.add(obs[0], a, float(reward[0]))
-            step += 1
-            obs = next_obs
-            if term[0] or trunc[0]:
-                episode_end(ep)
-                # NEXT_STEP autoreset: this call only resets (action ignored); not a transition
-                obs, *_ = envs.step(env_action)
-
-        # -- learn ------------------------------------------------------------------------------
-        if step >= cfg.learning_starts and step % cfg.train_every == 0:
-            with tel.timer("update"):
-                for _ in range(cfg.gradient_steps):
-                    update()
-
-        # -- one metrics row per log interval ---------------------------------------------------
-        if run.log_due(step):
-            if diag:
-                log_recent_env_stats(tel, rb, step - last_row)
-                last_row = step
-                tel.log(
-                    **{
-                        "rollout/action_noise": cfg.action_noise,
-                        "train/updates": updates,
-                        "train/replay_size": len(rb),
-                    }
-                )
-                measure_ratio = True
-            if run.eval_due(step):
-                run.evaluate(step, agent.act)
-            run.log(step)
-            if run.checkpoint_due(step):
-                run.save_checkpoint(step, state())
-
-    run.finish(step, agent.act, state())
-    envs.close()
+    learner = offpolicy.Learner(
+        explore=explore,
+        update=update,
+        agent=offpolicy.box_agent(actor, critic, xp.act_space, device),
+        state={
+            "actor": actor,
+            "critic": critic,
+            "actor_targ": actor_targ,
+            "critic_targ": critic_targ,
+            "actor_opt": actor_opt,
+            "critic_opt": critic_opt,
+        },
+        update_ratio=ratio,
+        row=lambda step, updates: {"rollout/action_noise": cfg.action_noise},
+        q_start=lambda s0, a0: critic(s0, a0).min(0).values[0],
+    )
+    offpolicy.train(cfg, run, xp, learner)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 
@@ -13,8 +12,10 @@ def add_home(parser) -> None:
 
 
 def print_json(data) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    """`--json` output: strict JSON through `backflip.jsonout` (null, never NaN)."""
+    from backflip import jsonout
+
+    sys.stdout.write(jsonout.dumps(data, indent=2) + "\n")
 
 
 def add_backend(parser) -> None:

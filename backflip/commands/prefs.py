@@ -1,11 +1,12 @@
-"""backflip prefs train|gather|pretrain: learning from preferences (docs/preferences.md)."""
+"""backflip prefs train|gather|pretrain|fit-teacher: learning from preferences
+(docs/preferences.md)."""
 
 from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_home
-from backflip.commands.train import _steps, add_seed_args, seeds_from
+from backflip.commands import add_home, fit_teacher
+from backflip.commands.train import DEFAULT_SEEDS, _steps, add_seed_args, seeds_from
 
 
 def register(sub) -> None:
@@ -31,10 +32,17 @@ def register(sub) -> None:
     r.add_argument("--env", metavar="ENV_ID", help="default: the env of the --prefs run")
     _common(r)
     p.set_defaults(func=run)
+    fit_teacher.register(stages)  # after the parent's default: its own `func` wins
 
 
 def _common(p) -> None:
-    p.add_argument("--labeler", choices=("synthetic", "human"), help="default synthetic")
+    p.add_argument(
+        "--labeler",
+        metavar="LABELER",
+        help="synthetic (default: the oracle on the true reward), human (the labeling page), or "
+        "one of B-Pref's simulated teachers: bpref-oracle, bpref-stoc, bpref-mistake, "
+        "bpref-skip, bpref-equal, bpref-myopic (prefs.teacher_* adjust them)",
+    )
     p.add_argument("--labels", type=int, metavar="N", help="labels to ask for in all (the cap)")
     p.add_argument(
         "--preset",
@@ -45,7 +53,12 @@ def _common(p) -> None:
     p.add_argument(
         "--prefs", metavar="FROM_RUN", help="start from the labels in FROM_RUN's database"
     )
-    add_seed_args(p)
+    # one seed by default: each seed asks for its own labels, from a person with --labeler human
+    add_seed_args(
+        p,
+        default=None,
+        default_text="5, or 1 with --labeler human: each seed asks a person for its own labels",
+    )
     p.add_argument("--steps", type=_steps, metavar="N", help="agent steps per seed")
     p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
     p.add_argument(
@@ -97,11 +110,28 @@ def build(args, home):
     set_prefs.pop("preset", None)
     file_prefs.pop("preset", None)
     preset = preset_for(env, name)
+    # an algorithm's entry may set its own budget and pipeline settings (SAC needs fewer steps)
     policy_preset = dict(preset.get("policy", {}).get(algo, {}))
-    steps = args.steps or file_values.pop("steps", None) or preset.get("steps")
+    algo_steps, algo_prefs = policy_preset.pop("steps", None), policy_preset.pop("prefs", {})
+    steps = args.steps or file_values.pop("steps", None) or algo_steps or preset.get("steps")
+    if args.seeds is None:  # the statistics want 5 seeds; a person labels each one
+        labeler = args.labeler or {
+            "labeler": "synthetic",
+            **preset.get("prefs", {}),
+            **algo_prefs,
+            **file_prefs,
+            **set_prefs,
+        }.get("labeler")
+        args.seeds = 1 if labeler == "human" else DEFAULT_SEEDS
     cfg = resolve(algo, env, seeds_from(args), steps, {**policy_preset, **file_values}, sets)
-    values = {**preset.get("prefs", {}), **file_prefs, **set_prefs, "stage": stage}
-    values["preset"] = name
+    values = {
+        **preset.get("prefs", {}),
+        **algo_prefs,
+        **file_prefs,
+        **set_prefs,
+        "stage": stage,
+        "preset": name,
+    }
     if stage == "full" and frozen is not None:
         values["stage"] = "policy"
     for flag, key in (("labeler", "labeler"), ("labels", "labels")):
@@ -142,7 +172,10 @@ def run(args) -> int:
     from backflip.runs.archive import home_dir
 
     if not args.stage:
-        print("usage: backflip prefs {train,gather,pretrain} ... (see --help)", file=sys.stderr)
+        print(
+            "usage: backflip prefs {train,gather,pretrain,fit-teacher} ... (see --help)",
+            file=sys.stderr,
+        )
         return 2
     home = home_dir(args.home, create=True)
     cfg, pcfg = build(args, home)

@@ -31,6 +31,6 @@ def run(args) -> int:
         d = resolve_run(home, ref)
         if d not in dirs:
             dirs.append(d)
-    index = write_report(dirs, Path(args.out), videos=not args.no_videos)
+    index = write_report(dirs, Path(args.out), videos=not args.no_videos, home=home)
     print(index)
     return 0

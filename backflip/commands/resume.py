@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from backflip.commands import add_backend, add_home, print_json
 
 
@@ -30,14 +32,18 @@ def run(args) -> int:
     home = home_dir(args.home)
     run_dir = resolve_run(home, args.run)
 
-    def announce(record, plan):
-        if args.json:
+    def announce(record, plan, notes):
+        if args.json:  # stdout is the record's; what will differ is said before the seeds start
+            for note in notes:
+                print(f"not exact: {note}", file=sys.stderr, flush=True)
             return
         parts = [
             f"seed {s} from step {step:,}" if step is not None else f"seed {s} from scratch"
             for s, step in plan.items()
         ]
         print(f"resuming run {record['id']}: {', '.join(parts)}", flush=True)
+        for note in notes:
+            print(f"not exact: {note}", flush=True)
 
     record = resume_run(
         home,

@@ -59,8 +59,21 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def add_seed_args(p) -> None:
-    p.add_argument("--seeds", type=int, default=1, metavar="N", help="number of seeds (default 1)")
+DEFAULT_SEEDS = 5  # what the statistics need for an interval worth reading (stats.py)
+
+
+def add_seed_args(p, default: int | None = DEFAULT_SEEDS, default_text: str = "") -> None:
+    """--seeds N (default 5: results come with an interval), --seed-start S, --seed-list.
+    A command whose default depends on other arguments passes None and says so in
+    `default_text`."""
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=default,
+        metavar="N",
+        help=f"number of seeds (default {default_text or default}; --seeds 1 for a quick look, "
+        "with no interval)",
+    )
     p.add_argument("--seed-start", type=int, default=0, metavar="S", help="first seed (default 0)")
     p.add_argument("--seed-list", metavar="S,S,...", help="explicit seeds instead of --seeds")
 
@@ -197,6 +210,8 @@ def execute(
     else:
         print(run_summary(record))
         print(f"archived in {record['dir']} — details: backflip show {record['id']}")
+        if record["status"] == "interrupted":
+            print(f"continue the unfinished seeds with: backflip resume {record['id']}")
     return {"finished": 0, "interrupted": 130}.get(record["status"], 1)
 
 

@@ -85,12 +85,13 @@ def seed_set(target: Target) -> SeedSet | None:
     if len(finals) < 2:
         return None
     threshold = _reward_threshold(target.env_id)
+    if evals == len(target.runs):
+        basis = "greedy evaluation"
+    else:  # `tail_score` read each run's task return (the true return on a preference run)
+        names = sorted({d.returns.name for d in target.runs})
+        basis = "final training " + " / ".join(names)
     return SeedSet(
-        labels,
-        np.array(finals),
-        float(np.mean(early)) if early else None,
-        threshold,
-        "greedy evaluation" if evals == len(target.runs) else "final training return",
+        labels, np.array(finals), float(np.mean(early)) if early else None, threshold, basis
     )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from backflip.doctor import diagnose
 from backflip.doctor.series import RunData
+from backflip.returns import is_preference_run
 
 
 class LiveDoctor:
@@ -58,6 +59,8 @@ class LiveDoctor:
             k: (np.asarray(self._steps[k]), np.asarray(self._values[k], np.float64))
             for k in self._steps
         }
+        # the seed's config does not say whether it trains on a learned reward; its rows do
+        self.data.learned_reward = is_preference_run(None, self.data.metrics)
         try:
             findings = diagnose(self.data, live=True)
         except Exception:  # noqa: BLE001 — the doctor must never stop a training run

@@ -9,6 +9,11 @@ docs/doctor.md (`benchmarks/doctor_calibration.py` repeats them).
 
 Metric names of algorithms still being written are matched by pattern (any `*/q_mean`,
 `*/epsilon`, `*/alpha`, `*/action_*_frac`), listed in docs/doctor.md.
+
+Returns: rules asking whether the policy improved read `RunData.returns` (through `progress`),
+which on a preference run is the true return, not the learned reward the policy trained on;
+rules about what the algorithm itself optimized (reward scale, value sign, Q bounds) read
+`RunData.trained_returns` and call it the learned reward there. Messages name what they read.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 
 from backflip.doctor.findings import Hit, rule
 from backflip.doctor.series import (
+    LEARNED_RETURNS,
     RunData,
     after_warmup,
     finite,
@@ -30,6 +36,7 @@ from backflip.doctor.series import (
     spearman,
     tail,
 )
+from backflip.returns import EVAL_RETURN, TRUE_RETURN
 
 MIN_ROWS = 10  # trend rules need at least this many metric rows
 
@@ -42,6 +49,7 @@ Q_PATTERN = r"(^|/)(q\d?_mean|q_values|qf\d?_values)$"
 EPS_PATTERN = r"(^|/)(epsilon|exploration_rate)$"
 ALPHA_PATTERN = r"(^|/)(alpha|ent_coef)$"
 SATURATION_PATTERN = r"(^|/)action_(clip|sat\w*)_frac$"
+TRUE_READ = f"{TRUE_RETURN} (preference runs)"  # what return rules read instead of rollout/*
 
 
 def _rows(d: RunData) -> int:
@@ -88,6 +96,8 @@ def nonfinite(d: RunData):
     first = names[0]
     if first.startswith("env/"):
         origin = "the environment (its raw rewards or observations)"
+    elif d.learned_reward and first.startswith(("rollout/ep_return", "env/reward")):
+        origin = "the learned reward (the reward model's output r̂)"
     elif first.startswith(("rollout/ep_return", "eval/return")):
         origin = "the rewards (episode returns became non-finite)"
     elif first.startswith("rollout/"):
@@ -149,7 +159,13 @@ def short_run(d: RunData):
 @rule(
     "entropy-flat",
     row="3",
-    reads=("train/entropy_norm", "train/policy_std", "train/entropy", "rollout/ep_return_mean"),
+    reads=(
+        "train/entropy_norm",
+        "train/policy_std",
+        "train/entropy",
+        "rollout/ep_return_mean",
+        TRUE_READ,
+    ),
     threshold="normalized entropy > 0.95 after warm-up (Box actions: policy std within 5% and "
     "entropy within 0.05 nats of its start) while the return does not improve",
     cause="the policy is not learning: learning rate far too small, gradients not reaching the "
@@ -175,11 +191,7 @@ def entropy_flat(d: RunData):
             seen,
             metric="train/entropy_norm",
             step=int(steps[-1]),
-            evidence={
-                "entropy_norm_median": float(np.median(v)),
-                "return_early": p.early,
-                "return_late": p.late,
-            },
+            evidence={"entropy_norm_median": float(np.median(v)), **p.evidence()},
         )
     std = d.get("train/policy_std")
     ent = d.get("train/entropy")
@@ -208,14 +220,14 @@ def entropy_flat(d: RunData):
         seen,
         metric=metric,
         step=d.end,
-        evidence={**changes, "return_early": p.early, "return_late": p.late},
+        evidence={**changes, **p.evidence()},
     )
 
 
 @rule(
     "entropy-collapse",
     row="3",
-    reads=("train/entropy_norm", "train/policy_std", "rollout/ep_return_mean"),
+    reads=("train/entropy_norm", "train/policy_std", "rollout/ep_return_mean", TRUE_READ),
     threshold="normalized entropy < 0.1 (Box: policy std < 5% of its start) within the first "
     "25% of training: error when the return does not improve, warning when it does (catalog: "
     "< 0.05 in 20%; healthy runs measured never went below 0.15)",
@@ -244,8 +256,9 @@ def entropy_collapse(d: RunData):
     i = int(np.argmax(early))
     p = progress(d)
     if p is None and d.end < 0.5 * end:  # live, too early to judge the return
-        returns = d.get("rollout/ep_return_mean")
-        note = f", return {fmt(float(returns[1][-1]))}" if returns is not None else ""
+        r = d.returns
+        returns = d.get(r.mean)
+        note = f", {r.name} {fmt(float(returns[1][-1]))}" if returns is not None else ""
     else:
         note = f"; the {p.describe()}" if p else ""
     seen = (
@@ -258,7 +271,11 @@ def entropy_collapse(d: RunData):
         seen + (" (it improved, but may be stuck where the collapse left it)" if improved else ""),
         metric=metric,
         step=int(steps[i]),
-        evidence={"value": float(v[i]), "fraction_of_training": float(steps[i] / end)},
+        evidence={
+            "value": float(v[i]),
+            "fraction_of_training": float(steps[i] / end),
+            **(p.evidence() if p else {}),
+        },
     )
 
 
@@ -450,7 +467,8 @@ def explained_variance(d: RunData):
     "reward-scale",
     row="6",
     reads=("env/reward_min", "env/reward_max", "rollout/ep_return_mean", "rollout/ep_len_mean"),
-    threshold="typical |reward| per step > 100 (raw env/reward_*, else return / length)",
+    threshold="typical |reward| per step > 100 (raw env/reward_*, else return / length; on a "
+    "preference run these hold the learned reward the policy trains on, and the finding says so)",
     cause="rewards on a scale networks and optimizers handle badly; value targets far outside ±10",
     check_next="scale rewards (backflip: scale_reward=true, divides by the running std of the "
     "return — scale, don't shift), or divide the env's reward by a constant",
@@ -466,9 +484,12 @@ def reward_scale(d: RunData):
             return None
         mag, typical = float(both.max()), float(np.median(both))
         metric, step = "env/reward_max", int(hi[0][-1])
-        how = f"raw per-step rewards reach |r| = {fmt(float(mag))} (typical max {fmt(typical)})"
+        how = (
+            f"raw per-step {d.trained_returns.rewards} reach |r| = {fmt(float(mag))} "
+            f"(typical max {fmt(typical)})"
+        )
     else:
-        r, n = d.get("rollout/ep_return_mean"), d.get("rollout/ep_len_mean")
+        r, n = d.get(d.trained_returns.mean), d.get("rollout/ep_len_mean")
         if r is None or n is None or len(r[0]) != len(n[0]):
             return None
         ok = np.isfinite(r[1]) & np.isfinite(n[1]) & (n[1] > 0)
@@ -476,8 +497,10 @@ def reward_scale(d: RunData):
             return None
         per_step = np.abs(r[1][ok] / n[1][ok])
         typical = float(np.median(per_step))
-        metric, step = "rollout/ep_return_mean", int(r[0][ok][-1])
-        how = f"return per step of episode is {fmt(typical)} in magnitude (median)"
+        metric, step = d.trained_returns.mean, int(r[0][ok][-1])
+        how = (
+            f"{d.trained_returns.name} per step of episode is {fmt(typical)} in magnitude (median)"
+        )
     if typical <= 100:
         return None
     return Hit("warning", how, metric=metric, step=step, evidence={"typical_abs_reward": typical})
@@ -597,7 +620,7 @@ def value_sign(d: RunData):
     return Hit(
         "warning",
         f"{name} is {sign} on {wrong.mean():.0%} of rows after warm-up "
-        f"(median {fmt(float(np.median(v)))}) although every reward is "
+        f"(median {fmt(float(np.median(v)))}) although the {d.trained_returns.rewards} are all "
         f"{'≥ 0' if sign == 'negative' else '≤ 0'}",
         metric=name,
         step=int(steps[-1]),
@@ -693,7 +716,7 @@ def reward_normalizer(d: RunData):
 @rule(
     "ep-len-collapse",
     row="10",
-    reads=("rollout/ep_len_mean", "rollout/ep_len_min", "rollout/ep_return_mean"),
+    reads=("rollout/ep_len_mean", "rollout/ep_len_min", "rollout/ep_return_mean", TRUE_READ),
     threshold="late mean length < 0.6× early and within 25% of the shortest episode seen, "
     "while the return does not improve",
     cause="a degenerate policy that ends episodes as fast as possible (often after an "
@@ -724,7 +747,7 @@ def ep_len_collapse(d: RunData):
         f"shortest seen: {fmt(shortest)}) while the {p.describe()}",
         metric="rollout/ep_len_mean",
         step=int(late_steps[-1]),
-        evidence={"early": early, "late": late_m, "shortest": shortest},
+        evidence={"early": early, "late": late_m, "shortest": shortest, **p.evidence()},
     )
 
 
@@ -766,7 +789,7 @@ def ep_len_constant(d: RunData):
 @rule(
     "losing-slower",
     row="10",
-    reads=("rollout/ep_len_mean", "rollout/ep_return_mean"),
+    reads=("rollout/ep_len_mean", "rollout/ep_return_mean", TRUE_READ),
     threshold="return not improving while mean episode length grows > 1.5×",
     cause="the agent learns to postpone the end ('losing slower') rather than to win",
     check_next="watch episodes; whether the reward pays for survival",
@@ -787,7 +810,7 @@ def losing_slower(d: RunData):
         f"episodes grew from {fmt(early)} to {fmt(late)} steps while the {p.describe()}",
         metric="rollout/ep_len_mean",
         step=d.end,
-        evidence={"early": early, "late": late},
+        evidence={"early": early, "late": late, **p.evidence()},
     )
 
 
@@ -797,7 +820,7 @@ def losing_slower(d: RunData):
 @rule(
     "never-better",
     row="11",
-    reads=("rollout/ep_return_max", "rollout/ep_return_mean", "episodes"),
+    reads=("rollout/ep_return_max", "rollout/ep_return_mean", "episodes", TRUE_READ),
     threshold="the return does not improve, and after the first 15% of training no window "
     "beats the best of the first 15% by more than noise (per-episode data: the late 90th "
     "percentile does not beat the early maximum)",
@@ -820,26 +843,26 @@ def never_better(d: RunData):
         if p90 > p.early_max:
             return None
         seen = (
-            f"the late episodes' 90th-percentile return {fmt(p90)} never beats the best "
+            f"the late episodes' 90th-percentile {p.name} {fmt(p90)} never beats the best "
             f"early episode ({fmt(p.early_max)})"
         )
         return Hit(
             "warning",
             seen,
-            metric="rollout/ep_return_max",
+            metric=d.returns.max or d.returns.mean,
             step=int(steps[-1]),
-            evidence={"late_p90": p90, "early_max": p.early_max},
+            evidence={"late_p90": p90, "early_max": p.early_max, **p.evidence()},
         )
     margin = max(3 * p.noise, 0.05 * abs(p.early_max), 1e-9)
     if p.best > p.early_max + margin:
         return None
     return Hit(
         "warning",
-        f"the best return after the first 15% ({fmt(p.best)}) never beats the "
+        f"the best {p.name} after the first 15% ({fmt(p.best)}) never beats the "
         f"early best ({fmt(p.early_max)}) by more than noise",
-        metric="rollout/ep_return_mean",
+        metric=p.metric,
         step=p.step_late,
-        evidence={"best": p.best, "early_max": p.early_max},
+        evidence={"best": p.best, "early_max": p.early_max, **p.evidence()},
     )
 
 
@@ -1077,7 +1100,7 @@ def q_divergence(d: RunData):
         bound, how = rmax / (1 - gamma), f"max|r|/(1−γ) = {fmt(rmax / (1 - gamma))}"
     elif (r := d.get("rollout/ep_return_max") or d.get("rollout/ep_return_mean")) is not None:
         bound = float(np.nanmax(np.abs(r[1])))
-        how = f"the best episode return {fmt(bound)}"
+        how = f"the best episode {d.trained_returns.name} {fmt(bound)}"
     if not bound:
         return None
     top = float(np.max(np.abs(q)))
@@ -1357,4 +1380,75 @@ def reward_model_corr(d: RunData):
         metric="reward_model/return_corr",
         step=int(steps[-1]),
         evidence={"late": late, "best": best},
+    )
+
+
+@rule(
+    "reward-model-gamed",
+    row="20",
+    reads=("rollout/ep_return_mean", "episodes", TRUE_RETURN, EVAL_RETURN),
+    threshold="preference runs: the learned-reward return improves (the test of 'did the "
+    "return improve?' above, on rollout/ep_return_* or episodes.csv) while the true return "
+    "does not",
+    cause="the policy games the reward model: it found behaviour that r̂ rewards and the task "
+    "does not (labels that don't cover the states the policy now visits, a reward model that "
+    "stopped tracking the task)",
+    check_next="reward_model/return_corr over training (does r̂ still track the true return of "
+    "new episodes?), watch episodes (`backflip watch`), labels asked while the policy trains "
+    "rather than up front, prefs.selection=disagreement",
+    source="Christiano et al. 2017 (with offline labels the policy exploits the reward "
+    "predictor); docs/preferences.md",
+)
+def reward_model_gamed(d: RunData):
+    if not d.learned_reward or _rows(d) < MIN_ROWS:
+        return None
+    learned, true = progress(d, LEARNED_RETURNS), progress(d)
+    if learned is None or true is None or not learned.improved or true.improved:
+        return None
+    return Hit(
+        "warning",
+        f"the {learned.describe()}, but the {true.describe()}",
+        metric=true.metric,
+        step=true.step_late,
+        evidence={
+            **true.evidence(),
+            "learned_metric": learned.metric,
+            "learned_early": learned.early,
+            "learned_late": learned.late,
+        },
+    )
+
+
+@rule(
+    "stale-replay-rewards",
+    row="20",
+    reads=("prefs/replay_reward_lag",),
+    threshold="an off-policy learner on a learned reward whose replay buffer's rewards were "
+    "≥ 2 reward-model versions behind the newest model on ≥ 3 rows",
+    cause="the replay buffer keeps the rewards of the reward model that was current when each "
+    "transition was stored: the learner fits Q-values to judgements the model has since "
+    "revised, a moving target no label can correct (prefs.relabel=false, or an algorithm that "
+    "does not show its buffer to run.register_replay)",
+    check_next="prefs.relabel (true by default) and whether the algorithm calls "
+    "run.register_replay; prefs/relabels should grow with reward_model/updates",
+    source="Lee, Smith & Abbeel 2021, 'PEBBLE' (relabel the replay buffer after each reward "
+    "update); docs/preferences.md",
+    live=True,
+)
+def stale_replay_rewards(d: RunData):
+    if (s := d.get("prefs/replay_reward_lag")) is None:
+        return None
+    steps, lag = finite(s)
+    stale = lag >= 2
+    if stale.sum() < 3:
+        return None
+    first = int(steps[np.argmax(stale)])
+    return Hit(
+        "warning",
+        f"the replay buffer's rewards were up to {int(lag.max())} reward-model versions old "
+        f"(from step {first:,}, on {int(stale.sum())} rows): the learner trains on stale "
+        "judgements",
+        metric="prefs/replay_reward_lag",
+        step=first,
+        evidence={"max_lag": float(lag.max()), "stale_rows": int(stale.sum())},
     )

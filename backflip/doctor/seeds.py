@@ -14,6 +14,7 @@ import numpy as np
 
 from backflip.doctor.findings import Hit, Rule
 from backflip.doctor.series import fmt
+from backflip.returns import TRUE_RETURN
 
 HENDERSON = "Henderson et al. 2017, 'Deep RL that Matters'"
 RAHTZ = "Rahtz (2018): one seed in three"
@@ -51,7 +52,11 @@ def seed_rule(id, **kw):
 @seed_rule(
     "seed-success",
     row="17",
-    reads=("eval/return_mean (final)", "rollout/ep_return_mean"),
+    reads=(
+        "eval/return_mean (final)",
+        "rollout/ep_return_mean",
+        f"{TRUE_RETURN} (preference runs)",
+    ),
     threshold="success = the env's reward_threshold when it has one, else halfway from the "
     "random policy's return to the best seed's; warning when at most half the seeds succeed, "
     "info otherwise",

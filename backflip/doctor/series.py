@@ -4,6 +4,10 @@ A `RunData` is one seed of one run, whatever wrote it (backflip, Stable-Baseline
 series under backflip's metric names (docs/metrics.md; `sources.py` maps other libraries' names),
 its finished episodes when the writer kept them, and what is known of its configuration. Rules
 never assume a metric exists: `get` returns None and the rule says nothing.
+
+Which series is "the return" is decided here, once (`RunData.returns`): the training episodes'
+return, except on a preference run, where the policy trains on a learned reward r̂ and the rules
+read the true return instead (`backflip/returns.py`). Every message then names what it read.
 """
 
 from __future__ import annotations
@@ -15,7 +19,43 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
+from backflip.returns import EVAL_RETURN, LEARNED_NOTE, TRAINING_RETURN, TRUE_RETURN
+
 Series = tuple[np.ndarray, np.ndarray]  # (steps, values)
+
+
+@dataclass(frozen=True)
+class Returns:
+    """Where a run's episode returns are logged, and what messages call them."""
+
+    mean: str
+    """a windowed mean of episode returns (the series every return rule can read)"""
+    max: str | None
+    """the window's maximum, when logged"""
+    episodes: bool
+    """whether `RunData.episodes` holds these returns, episode by episode"""
+    name: str
+    """how messages call them: 'return', 'true return (prefs/true_return_mean)'"""
+    rewards: str
+    """how messages call the per-step rewards behind them (plural)"""
+
+
+TASK_RETURNS = Returns(TRAINING_RETURN, "rollout/ep_return_max", True, "return", "rewards")
+"""an ordinary run: the algorithm trains on the task's reward"""
+LEARNED_RETURNS = Returns(
+    TRAINING_RETURN,
+    "rollout/ep_return_max",
+    True,
+    f"learned-reward return ({TRAINING_RETURN}: {LEARNED_NOTE})",
+    "learned rewards (r̂)",
+)
+"""a preference run's training returns: what the algorithm saw (episodes.csv holds these too)"""
+TRUE_RETURNS = Returns(TRUE_RETURN, None, False, f"true return ({TRUE_RETURN})", "true rewards")
+"""a preference run's true return of training episodes"""
+EVAL_RETURNS = Returns(
+    EVAL_RETURN, "eval/return_max", False, f"true return ({EVAL_RETURN}, greedy)", "true rewards"
+)
+"""a preference run without prefs/true_return_mean: its greedy evaluations"""
 
 
 @dataclass
@@ -41,6 +81,9 @@ class RunData:
     """the seed's status.json (backflip runs): status, error"""
     action_n: int | None = None
     """number of discrete actions (None: unknown or continuous)"""
+    learned_reward: bool = False
+    """the policy trained on a learned reward r̂ (a preference run: `backflip.returns.
+    is_preference_run`); rollout/ep_return_*, env/reward_* and episodes.csv then hold r̂"""
 
     def get(self, name: str) -> Series | None:
         """A series with at least one point, or None."""
@@ -51,6 +94,23 @@ class RunData:
         """The first metric name matching a regular expression (searched in sorted order)."""
         rx = re.compile(pattern)
         return next((k for k in sorted(self.metrics) if rx.search(k) and self.get(k)), None)
+
+    @property
+    def returns(self) -> Returns:
+        """The task's return, which every rule asking "did the policy improve?" reads: the
+        training episodes' return, or on a preference run the true return (its greedy
+        evaluations when it logged no prefs/true_return_mean)."""
+        if not self.learned_reward:
+            return TASK_RETURNS
+        if self.get(TRUE_RETURN) is None and self.get(EVAL_RETURN) is not None:
+            return EVAL_RETURNS
+        return TRUE_RETURNS
+
+    @property
+    def trained_returns(self) -> Returns:
+        """The return the algorithm optimized: what its rewards, value targets and Q are
+        about. The learned reward's on a preference run, else the task's."""
+        return LEARNED_RETURNS if self.learned_reward else TASK_RETURNS
 
     @property
     def end(self) -> int:
@@ -168,25 +228,36 @@ class Progress:
     basis: str
     """'episodes' (per-episode returns) or 'series' (a logged rolling mean)"""
     step_late: int
+    name: str = "return"
+    """what was read, as messages call it (`Returns.name`)"""
+    metric: str = TRAINING_RETURN
+    """the metric read ('episodes.csv' for per-episode returns)"""
 
     def describe(self) -> str:
-        return f"return {fmt(self.early)} early, {fmt(self.late)} late"
+        return f"{self.name} {fmt(self.early)} early, {fmt(self.late)} late"
+
+    def evidence(self) -> dict:
+        """What a finding built on this comparison records of it."""
+        return {"return_metric": self.metric, "return_early": self.early, "return_late": self.late}
 
 
 EARLY, LATE = 0.15, 0.2  # fractions of training compared by `progress`
 
 
-def progress(d: RunData) -> Progress | None:
+def progress(d: RunData, returns: Returns | None = None) -> Progress | None:
     """Compare the return in the first 15% of training with the last 20%.
 
-    With per-episode returns (backflip, CleanRL) "improved" means a one-sided Mann–Whitney test
-    finds late returns larger (p < 0.01) by at least a fifth of the early spread. With only a
-    logged rolling mean (Stable-Baselines3's ep_rew_mean over 100 episodes) it means the late
-    mean exceeds the early one by 3 standard deviations of the early window's values around
-    their linear trend, and by at least 5% of the early value's magnitude.
+    `returns` defaults to the run's task return (`RunData.returns`: the true return on a
+    preference run). With per-episode returns (backflip, CleanRL) "improved" means a one-sided
+    Mann–Whitney test finds late returns larger (p < 0.01) by at least a fifth of the early
+    spread. With only a logged rolling mean (Stable-Baselines3's ep_rew_mean over 100 episodes,
+    a preference run's prefs/true_return_mean over 20) it means the late mean exceeds the early
+    one by 3 standard deviations of the early window's values around their linear trend, and by
+    at least 5% of the early value's magnitude.
     """
+    r = returns or d.returns
     end = d.horizon
-    if d.episodes is not None and len(d.episodes[0]) >= 20:
+    if r.episodes and d.episodes is not None and len(d.episodes[0]) >= 20:
         steps, rets, _ = d.episodes
         ok = np.isfinite(rets)
         steps, rets = steps[ok], rets[ok]
@@ -213,8 +284,10 @@ def progress(d: RunData) -> Progress | None:
             float(rest.max()) if len(rest) else float(early.max()),
             "episodes",
             int(steps[-1]),
+            r.name,
+            "episodes.csv",
         )
-    s = d.get("rollout/ep_return_mean")
+    s = d.get(r.mean)
     if s is None:
         return None
     s = finite(s)
@@ -226,7 +299,7 @@ def progress(d: RunData) -> Progress | None:
     margin = max(3 * noise, 0.05 * abs(float(np.mean(early_v))), 1e-9)
     rest = s[1][len(early_v) :]
     early_max = float(np.max(early_v))
-    if (mx := d.get("rollout/ep_return_max")) is not None:
+    if r.max is not None and (mx := d.get(r.max)) is not None:
         mx = finite(mx)
         early_max = float(np.max(head(mx, EARLY, end)[1]))
         rest = mx[1][len(head(mx, EARLY, end)[1]) :]
@@ -239,4 +312,6 @@ def progress(d: RunData) -> Progress | None:
         float(np.max(rest)) if len(rest) else early_max,
         "series",
         int(s[0][-1]),
+        r.name,
+        r.mean,
     )

@@ -42,6 +42,7 @@ import numpy as np
 
 from backflip.doctor.series import RunData
 from backflip.errors import UserError
+from backflip.returns import is_preference_run
 
 SB3 = {
     "rollout/ep_rew_mean": "rollout/ep_return_mean",
@@ -141,6 +142,7 @@ def load_seed(folder: Path, config: dict | None = None, label: str | None = None
         env_opts=config.get("env", {}),
         budget=config.get("steps"),
         status=status,
+        learned_reward=is_preference_run(config, metrics),
     )
 
 
@@ -277,6 +279,7 @@ def load_tensorboard(folder: Path, label: str | None = None) -> RunData:
         episodes=episodes,
         source=library,
         action_n=action_n,
+        learned_reward=is_preference_run(None, metrics),
     )
 
 
@@ -306,10 +309,11 @@ def _cleanrl_episodes(raw: dict, metrics: dict):
 
 
 def tail_score(d: RunData) -> float | None:
-    """A run's final training return: the mean of the last 20% of its logged return."""
+    """A run's final training return: the mean of the last 20% of its logged return (the true
+    return on a preference run, `RunData.returns`)."""
     from backflip.doctor.series import finite, tail
 
-    s = d.get("rollout/ep_return_mean")
+    s = d.get(d.returns.mean)
     if s is None:
         return None
     s = finite(s)

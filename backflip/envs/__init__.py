@@ -196,15 +196,32 @@ def make_vec(
 def snapshot_envs(envs: gym.vector.VectorEnv) -> bytes | None:
     """The complete state of vectorized envs (mid-episode, with their RNGs) as bytes, so that
     `backflip resume` continues exactly where a checkpoint was taken. None when it can't be
-    captured: envs whose pickling re-creates them from constructor arguments (EzPickle, e.g.
-    MuJoCo) or that hold unpicklable handles; a resume then starts them from a fresh reset."""
+    captured (`why_no_snapshot` says why); a resume then starts them from a fresh reset."""
+    return _snapshot(envs)[0]
+
+
+def why_no_snapshot(env_id: str, opts: EnvOptions | None = None) -> str | None:
+    """Why `snapshot_envs` cannot capture the training envs of `env_id` (None: it can), found
+    by trying it on one fresh copy: `backflip resume` says so before it starts."""
+    envs = make_vec(env_id, 1, opts)
+    try:
+        return _snapshot(envs)[1]
+    finally:
+        envs.close()
+
+
+def _snapshot(envs: gym.vector.VectorEnv) -> tuple[bytes | None, str | None]:
+    """(the pickled envs, None), or (None, the reason they cannot be pickled as they are)."""
     copies = getattr(envs, "envs", None) or [envs]
     if any(isinstance(e.unwrapped, gym.utils.EzPickle) for e in copies):
-        return None
+        return None, (
+            "it pickles as its constructor arguments (Gymnasium's EzPickle, as MuJoCo envs do), "
+            "which re-creates a fresh env instead of saving the running one"
+        )
     try:
-        return pickle.dumps(envs)
-    except (pickle.PicklingError, TypeError, AttributeError, ValueError):
-        return None
+        return pickle.dumps(envs), None
+    except (pickle.PicklingError, TypeError, AttributeError, ValueError) as e:
+        return None, f"it cannot be pickled ({type(e).__name__}: {e})"
 
 
 def restore_envs(blob: bytes) -> gym.vector.VectorEnv:

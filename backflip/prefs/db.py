@@ -194,12 +194,16 @@ class PreferenceDB:
         labeler: str | None = None,
         origin: str | None = None,
         needs: int = 1,
+        skipped: bool = False,
     ) -> int:
         """Store a pair (and its segments, if new) as a query; with `label`, already answered
-        (by `labeler`, e.g. the synthetic oracle); without, it waits for `needs` people.
+        (by `labeler`, e.g. a simulated teacher); with `skipped`, already skipped by `labeler`
+        ("can't tell"); otherwise it waits for `needs` people.
 
         Returns the query id once the transaction is committed.
         """
+        answered = label is not None or skipped
+        status = "skipped" if skipped else "pending" if label is None else "labeled"
         with self._lock, self.conn:
             for seg in (left, right):
                 if seg.id is None:
@@ -214,10 +218,10 @@ class PreferenceDB:
                     int(step),
                     now,
                     selection,
-                    "pending" if label is None else "labeled",
-                    label,
+                    status,
+                    None if skipped else label,
                     labeler,
-                    None if label is None else now,
+                    now if answered else None,
                     origin,
                     int(needs),
                 ),
@@ -337,6 +341,46 @@ class PreferenceDB:
             ).fetchall()
         keys = ("query", "person", "choice", "shown_at", "answered_at", "left_true", "right_true")
         return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def graded_answers(self) -> list[dict]:
+        """Every answer to this database's queries with who gave it and the two segment ids,
+        oldest first: each person's (the `answers` table; kind "person") and the labels of
+        queries answered without people (kind "synthetic": a simulated teacher, by the spec in
+        `labeler`, or "imported"). choice: left, right, equal, skip, or "mixed" for a label
+        that is none of 1, 0.5, 0 (combined or imported answers)."""
+        with self._lock:
+            people = self.conn.execute(
+                "SELECT a.person, a.choice, q.left, q.right FROM answers a "
+                "JOIN queries q ON q.id = a.query ORDER BY a.answered_at, a.id"
+            ).fetchall()
+            synthetic = self.conn.execute(
+                "SELECT COALESCE(q.labeler, ''), q.status, q.label, q.left, q.right "
+                "FROM queries q WHERE q.status != 'pending' AND NOT EXISTS "
+                "(SELECT 1 FROM answers a WHERE a.query = q.id) ORDER BY q.id"
+            ).fetchall()
+        out = [
+            {"kind": "person", "who": p, "choice": c, "left": lt, "right": rt}
+            for p, c, lt, rt in people
+        ]
+        by_label = {v: k for k, v in LABELS.items()}
+        for who, status, label, lt, rt in synthetic:
+            choice = "skip" if status == "skipped" else by_label.get(label, "mixed")
+            out.append({"kind": "synthetic", "who": who, "choice": choice, "left": lt, "right": rt})
+        return out
+
+    def segment_rewards(self, seg_ids) -> dict[int, np.ndarray]:
+        """The true rewards of segments, by id (without their observations)."""
+        ids = sorted({int(i) for i in seg_ids})
+        out = {}
+        with self._lock:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                rows = self.conn.execute(
+                    f"SELECT id, rewards FROM segments WHERE id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+                out.update({int(i): unpack(blob) for i, blob in rows})
+        return out
 
     def segment(self, seg_id: int) -> Segment:
         with self._lock:

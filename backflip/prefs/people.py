@@ -1,10 +1,11 @@
 """The people who label: their pace, how often they agree with the true reward and with each
 other, and how long they take. Read from the answers in a seed's `prefs.sqlite`.
 
-- **agreement with the true reward**: the share of a person's answers (not "can't tell") equal
-  to the synthetic oracle's on the same pair (`labelers.synthetic_label`: the higher true
-  return; "equal" on a tie). Shown only where the true reward tells the clips apart (an env
-  whose true reward is constant has no opinion to agree with).
+- **agreement with the true reward**: on the pairs whose true returns differ, the share of a
+  person's answers (not "can't tell") that pick the clip with the higher true return
+  (`labelers.oracle_choice`). Pairs the true reward calls equal are left out: on tasks with
+  integer rewards (MovingDot) ties are common and say nothing about the person. None when no
+  answered pair's true returns differ (an env whose true reward is constant has no opinion).
 - **agreement between two people**, on the queries both answered ("can't tell" dropped): the
   share of identical answers and Cohen's κ over left / right / equal, which discounts the
   agreement two people would reach by chance with their own answer frequencies.
@@ -27,12 +28,17 @@ RECENT = 20  # answers the pace is measured over
 
 
 def oracle_agreement(answers: list[dict]) -> dict | None:
-    """{"agree": k, "n": n, "rate": k / n} of these answers against the true reward, or None
-    when no answered pair's true returns differ."""
-    graded = [a for a in answers if a["choice"] != "skip"]
-    if not any(a["left_true"] != a["right_true"] for a in graded):
+    """{"agree": k, "n": n, "rate": k / n} of these answers against the true reward, on the
+    pairs it tells apart; None when there are none."""
+    graded = [
+        (a["choice"], oracle_choice(a["left_true"], a["right_true"]))
+        for a in answers
+        if a["choice"] != "skip"
+    ]
+    graded = [(choice, oracle) for choice, oracle in graded if oracle != "equal"]
+    if not graded:
         return None
-    agree = sum(a["choice"] == oracle_choice(a["left_true"], a["right_true"]) for a in graded)
+    agree = sum(choice == oracle for choice, oracle in graded)
     return {"agree": agree, "n": len(graded), "rate": agree / len(graded)}
 
 

@@ -4,9 +4,11 @@ Three activities share the seed's process:
 
 1. the **policy** — any backflip algorithm, run unchanged by its own `train(cfg, run)`, on
    training envs wrapped by `LearnedReward` (it never sees the true reward);
-2. **labeling** — pairs of recent segments chosen on a schedule and answered by the synthetic
-   oracle at once, or queued in the database for people on the labeling page of `backflip ui`
-   (`backflip label RUN_ID`; a separate process writing to the same SQLite file);
+2. **labeling** — pairs of recent segments chosen on a schedule and answered at once by a
+   simulated teacher (`labelers.Teacher`: the oracle on the true reward, or one of B-Pref's
+   imperfect teachers; each label stores which, with its parameters), or queued in the database
+   for people on the labeling page of `backflip ui` (`backflip label RUN_ID`; a separate process
+   writing to the same SQLite file);
 3. **reward-model training** — supervised rounds on the labels in the database.
 
 With `mode=sync` (default) 2 and 3 run inline every `tick_steps` agent steps: deterministic (same
@@ -47,9 +49,15 @@ import torch
 
 from backflip.errors import UserError
 from backflip.prefs.db import PreferenceDB
-from backflip.prefs.labelers import synthetic_label
+from backflip.prefs.labelers import BPREF_TEACHERS, LABELERS, Teacher
 from backflip.prefs.reward_model import PairSet, RewardModel
-from backflip.prefs.segments import LabelSchedule, SegmentRecorder, SegmentStore, select_pairs
+from backflip.prefs.segments import (
+    SELECTIONS,
+    LabelSchedule,
+    SegmentRecorder,
+    SegmentStore,
+    select_pairs,
+)
 
 STAGES = ("full", "gather", "pretrain", "policy")
 INITIAL_LABELS = "initial labels"
@@ -65,7 +73,9 @@ class PrefsConfig:
     labels: int = 500
     """total labels to ask for (the cap), the initial ones included"""
     labeler: str = "synthetic"
-    """synthetic (true-return oracle) or human (the labeling page of `backflip ui`)"""
+    """synthetic (a teacher simulated on the true reward: the oracle unless prefs.teacher_* say
+    otherwise), bpref-NAME (B-Pref's teacher NAME: oracle, stoc, mistake, skip, equal, myopic;
+    prefs.teacher_* override its parameters) or human (the labeling page of `backflip ui`)"""
     task: str = ""
     """what makes a clip better, one line shown to the people labeling ("move the dot to the
     centre"); the presets have one, a human-labeled run without one asks for it"""
@@ -74,6 +84,10 @@ class PrefsConfig:
     mode: str = "sync"
     """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a
     background thread: faster on a free core, not reproducible)"""
+    reward_input: str = "obs+action"
+    """what the reward model judges: obs+action, r̂(o_t, a_t) as in the paper; or next-obs, r̂ of
+    the state each action leads to (for tasks judged by where the agent gets: every move is
+    rewarded at once)"""
     segment_length: int = 25
     """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
     initial_frac: float = 0.25
@@ -83,9 +97,11 @@ class PrefsConfig:
     label_decay: float = 0.25
     """tau of the decaying label rate 1/(T + tau), as a fraction of the labeling period"""
     selection: str = "random"
-    """query selection: random, or disagreement (highest ensemble variance of 10x candidates)"""
+    """query selection: random; or, among `oversample` x random candidates, disagreement (highest
+    variance across the ensemble), entropy (most uncertain mean prediction) or k-center (spread
+    over observation space; B-Pref)"""
     oversample: int = 10
-    """candidate pairs per query drawn for disagreement selection"""
+    """candidate pairs per query drawn for disagreement, entropy and k-center selection"""
     store_size: int = 1000
     """recent segments kept to draw queries from"""
     buffer_labels: int = 3000
@@ -124,7 +140,22 @@ class PrefsConfig:
     random_envs: int = 8
     """env copies for the random policy that provides the initial segments"""
     error_rate: float = 0.0
-    """synthetic labeler: probability of a uniformly random answer"""
+    """synthetic labeler: probability of a uniformly random answer (a flip with half of it)"""
+    teacher_beta: float | None = None
+    """synthetic labeler: rationality β, P(left) = sigmoid(β (R_left - R_right)) on the true
+    returns (per unit of return); unset: perfectly rational, or the bpref-NAME teacher's (stoc: 1)"""
+    teacher_gamma: float | None = None
+    """synthetic labeler: myopia γ in (0, 1], step t of H weighs γ^(H-t); unset: 1, or the
+    bpref-NAME teacher's (myopic: 0.9)"""
+    teacher_mistake: float | None = None
+    """synthetic labeler: probability ε in [0, 0.5] of flipping the answer; unset: 0, or the
+    bpref-NAME teacher's (mistake: 0.1)"""
+    teacher_skip: float | None = None
+    """synthetic labeler: ε_skip >= 0, "can't tell" when both returns are below ε_skip times an
+    average segment's (docs/preferences.md, "Teachers"); unset: 0, or bpref-skip's 0.1"""
+    teacher_equal: float | None = None
+    """synthetic labeler: ε_equal >= 0, "equally good" when the returns differ by less than
+    ε_equal times an average segment's; unset: 0, or bpref-equal's 0.1"""
     max_pending: int = 20
     """human labeler: unanswered queries kept ready in the database"""
     max_debt: int = 10
@@ -137,6 +168,9 @@ class PrefsConfig:
     """path of a run whose labels (same seed, else its first) start this run (--prefs)"""
     reward_model: str = ""
     """path of a run whose saved reward model this run uses, frozen (--reward-model)"""
+    relabel: bool = True
+    """off-policy algorithms: recompute the replay buffer's rewards with each new reward model
+    (PEBBLE); false keeps the rewards of the model current when each transition was stored"""
     stall_labels_after: int = -1
     """fault injection: the labeler stops answering after this many labels (-1: never)"""
     log_every_s: float = 1.0
@@ -146,18 +180,31 @@ class PrefsConfig:
         checks = {
             "prefs.preset must be cpu or paper": self.preset in ("cpu", "paper"),
             "prefs.labels must be >= 0": self.labels >= 0,
-            "prefs.labeler must be synthetic or human": self.labeler in ("synthetic", "human"),
+            "prefs.labeler must be synthetic, human or bpref-NAME with NAME one of "
+            + ", ".join(BPREF_TEACHERS): self.labeler in LABELERS,
             f"prefs.stage must be one of {', '.join(STAGES)}": self.stage in STAGES,
             "prefs.mode must be async or sync": self.mode in ("async", "sync"),
             "prefs.segment_length must be >= 1": self.segment_length >= 1,
+            "prefs.reward_input must be obs+action or next-obs": self.reward_input
+            in ("obs+action", "next-obs"),
             "prefs.initial_frac must be in [0, 1]": 0 <= self.initial_frac <= 1,
             "prefs.label_until must be in (0, 1]": 0 < self.label_until <= 1,
-            "prefs.selection must be random or disagreement": self.selection
-            in ("random", "disagreement"),
+            f"prefs.selection must be one of {', '.join(SELECTIONS)}": self.selection in SELECTIONS,
+            "prefs.oversample must be >= 1": self.oversample >= 1,
             "prefs.members must be >= 1": self.members >= 1,
             "prefs.noise must be in [0, 1)": 0 <= self.noise < 1,
             "prefs.dropout must be in [0, 1)": 0 <= self.dropout < 1,
             "prefs.error_rate must be in [0, 1]": 0 <= self.error_rate <= 1,
+            "prefs.teacher_beta must be a positive number (unset for a perfectly rational "
+            "teacher)": self.teacher_beta is None or 0 < self.teacher_beta < math.inf,
+            "prefs.teacher_gamma must be in (0, 1]": self.teacher_gamma is None
+            or 0 < self.teacher_gamma <= 1,
+            "prefs.teacher_mistake must be in [0, 0.5]": self.teacher_mistake is None
+            or 0 <= self.teacher_mistake <= 0.5,
+            "prefs.teacher_skip must be >= 0": self.teacher_skip is None
+            or 0 <= self.teacher_skip < math.inf,
+            "prefs.teacher_equal must be >= 0": self.teacher_equal is None
+            or 0 <= self.teacher_equal < math.inf,
             "prefs.store_size must be >= 2": self.store_size >= 2,
             "prefs.round_updates must be >= 1": self.round_updates >= 1,
             "prefs.frame_stride must be >= 1": self.frame_stride >= 1,
@@ -173,6 +220,19 @@ class PrefsConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def teacher(self) -> Teacher:
+        """The simulated teacher of a synthetic labeler: B-Pref's named one (or the oracle) with
+        the prefs.teacher_* that are set, and `error_rate`."""
+        name = (
+            self.labeler.removeprefix("bpref-") if self.labeler.startswith("bpref-") else "oracle"
+        )
+        overrides = {
+            key: value
+            for key in ("beta", "gamma", "mistake", "skip", "equal")
+            if (value := getattr(self, f"teacher_{key}")) is not None
+        }
+        return Teacher.named(name, **overrides, error_rate=self.error_rate)
 
 
 def seed_files(run_dir: str | Path, seed: int) -> Path:
@@ -194,6 +254,7 @@ class Pipeline:
     def __init__(self, pcfg: PrefsConfig, run, obs_space, act_space, db: PreferenceDB):
         self.cfg, self.run, self.db = pcfg, run, db
         self.human = pcfg.labeler == "human"
+        self.teacher = pcfg.teacher()
         self.rng = np.random.default_rng(run.seed + 7919)
         self.share_rng = np.random.default_rng(run.seed + 15485863)  # which queries go to two
         self.model = RewardModel(
@@ -209,6 +270,7 @@ class Pipeline:
             reward_std=pcfg.reward_std,
             rng=np.random.default_rng(run.seed + 104729),
             frame_stride=pcfg.frame_stride,
+            use_actions=pcfg.reward_input == "obs+action",
         )
         self.frozen = False
         self.snap = self.model.snapshot()
@@ -238,6 +300,10 @@ class Pipeline:
         self.answered = 0  # labeled + skipped queries when the database was last read
         self.ended: dict | None = None  # a person ended labeling early: when, by whom
         self.wait_s = 0.0  # time the policy spent waiting for the person
+        self.model_version = 0  # reward-model snapshots made while the policy trains
+        self.relabeled_version = 0  # the snapshot the replay buffers' rewards come from
+        self.relabels = 0
+        self.relabel_s = 0.0
         self._waiting_for: int | None = None  # labels the seed waits for, as last announced
         self._phase: tuple[str, float, int] | None = None  # long phase: name, start, done then
         self._phase_said = 0.0  # when its progress was last announced
@@ -296,6 +362,12 @@ class Pipeline:
             n = min(n, self.cfg.stall_labels_after - self.asked)
             if n <= 0:
                 return 0
+        labeled = None
+        if self.cfg.selection == "k-center":  # the pairs labeled so far (as of the last round)
+            labeled = [
+                (self.pairs.segments[i][0], self.pairs.segments[j][0])
+                for i, j in zip(self.pairs.left, self.pairs.right, strict=True)
+            ]
         with self.lock:
             pairs = select_pairs(
                 self.store,
@@ -304,16 +376,32 @@ class Pipeline:
                 self.cfg.selection,
                 self.snap if self.model.updates else None,
                 self.cfg.oversample,
+                labeled,
             )
+            # skip and equal thresholds: relative to the returns of recent experience
+            thresholds = None
+            if not self.human and self.teacher.needs_reference:
+                thresholds = self.teacher.thresholds([s.true_return for s in self.store.items])
         for i, (left, right) in enumerate(pairs):
             if self._phase is not None and self._phase[0] == INITIAL_LABELS:
                 self.progress(INITIAL_LABELS, self.asked + i, self.schedule.total, "labels")
             if self.human:
-                shared = self.cfg.double_share and self.share_rng.random() < self.cfg.double_share
-                self.db.add_query(left, right, self.step, self.cfg.selection, needs=1 + shared)
+                shared = (
+                    self.cfg.double_share > 0 and self.share_rng.random() < self.cfg.double_share
+                )
+                needs = 2 if shared else 1
+                self.db.add_query(left, right, self.step, self.cfg.selection, needs=needs)
             else:
-                label = synthetic_label(left, right, self.cfg.error_rate, self.rng)
-                self.db.add_query(left, right, self.step, self.cfg.selection, label, "synthetic")
+                label = self.teacher.label(left, right, self.rng, thresholds)
+                self.db.add_query(
+                    left,
+                    right,
+                    self.step,
+                    self.cfg.selection,
+                    label,
+                    self.teacher.spec,
+                    skipped=label is None,
+                )
         self.asked += len(pairs)
         self.segments_out += 2 * len(pairs)
         return len(pairs)
@@ -396,6 +484,7 @@ class Pipeline:
             if len(self.store):
                 self.model.calibrate(*self.store.sample_steps(2048, self.rng))
         self.snap = self.model.snapshot()
+        self.model_version += 1
         stats = {
             "reward_model/loss": float(np.nanmean(losses)),
             "reward_model/train_loss": float(train_loss.mean()),
@@ -435,9 +524,31 @@ class Pipeline:
 
     # -- the policy's side ---------------------------------------------------------------------
 
-    def reward(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    def reward(self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
+        """The policy's reward for taking `actions` in `obs` and reaching `next_obs`."""
         with self.run.tel.timer("prefs_reward"):
+            if self.cfg.reward_input == "next-obs":
+                return self.snap.reward(next_obs, actions)
             return self.snap.reward(obs, actions)
+
+    def relabel_replay(self) -> None:
+        """Recompute the rewards in the algorithm's replay buffers with the newest reward model
+        (PEBBLE): an off-policy learner must not train on the judgements of models it has
+        since replaced. Runs in the algorithm's thread, between two of its env steps."""
+        version, snap = self.model_version, self.snap
+        if version == self.relabeled_version or not self.run.replay_buffers:
+            return
+        t0 = time.perf_counter()
+        on_next = self.cfg.reward_input == "next-obs"
+        for buffer, env_action in self.run.replay_buffers:
+            buffer.relabel(
+                lambda obs, act, nxt, env_action=env_action: snap.reward(
+                    nxt if on_next else obs, env_action(act)
+                )
+            )
+        self.relabel_s += time.perf_counter() - t0
+        self.relabels += 1
+        self.relabeled_version = version
 
     def episode_reset(self) -> None:
         n = len(self.recorder.buf) if self.recorder else 0
@@ -460,6 +571,8 @@ class Pipeline:
             self.ep_pred[i] = self.ep_true[i] = 0.0
         if self.worker_error is not None:
             raise RuntimeError("the preference worker thread failed") from self.worker_error
+        if self.cfg.relabel and self.model_version != self.relabeled_version:
+            self.relabel_replay()
         # the person's pace bounds the policy's (`answered` is refreshed before pausing)
         if self.human and self.schedule.due(self.step) - self.answered > self.cfg.max_debt:
             self.wait_for_person()
@@ -526,6 +639,7 @@ class Pipeline:
                 "prefs/db_segments": float(counts["segments"]),
                 "prefs/db_mb": self.db.size_bytes() / 2**20,
                 "prefs/wait_s": self.wait_s,
+                **self.replay_metrics(),
                 **self.rm_stats,
             }
         self._rate_last = (now, labels, added, self.segments_out)
@@ -536,6 +650,16 @@ class Pipeline:
             if len(pred) >= 3 and pred.std() > 0 and true.std() > 0:
                 out["reward_model/return_corr"] = float(np.corrcoef(pred, true)[0, 1])
         return out
+
+    def replay_metrics(self) -> dict[str, float]:
+        """Replay buffers only: how many reward-model versions behind their rewards are."""
+        if not self.run.replay_buffers:
+            return {}
+        return {
+            "prefs/replay_reward_lag": float(self.model_version - self.relabeled_version),
+            "prefs/relabels": float(self.relabels),
+            "prefs/relabel_s": self.relabel_s,
+        }
 
     def publish(self) -> None:
         """Put the current metrics into the seed's next telemetry row."""
@@ -633,6 +757,7 @@ def train_seed(cfg, prefs: dict, run) -> None:
         segment_length=pcfg.segment_length,
         labels_target=pcfg.labels,
         labeler=pcfg.labeler,
+        teacher="" if pcfg.labeler == "human" else pcfg.teacher().spec,
         task=pcfg.task,
         obs_shape=",".join(map(str, obs_space.shape)),
     )
@@ -708,6 +833,7 @@ def train_seed(cfg, prefs: dict, run) -> None:
         pipe.schedule = LabelSchedule(pcfg.labels, pipe.n_answered(), until, pcfg.label_decay)
         pipe.asked = pipe.n_answered()
         pipe.updates_done = 0
+        pipe.relabeled_version = pipe.model_version  # the replay buffers start empty
 
         def wrap(env):
             pipe.recorder = SegmentRecorder(env.num_envs, pcfg.segment_length)

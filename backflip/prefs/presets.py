@@ -55,7 +55,9 @@ PRESETS: dict[str, dict] = {
     # (random queries: -365, -215, -232 on seeds 0-2)
     "Pendulum-v1": {
         "steps": 100_000,
-        "policy": {"ppo": {}},
+        # SAC with its replay buffer relabeled after every reward-model update (PEBBLE): SAC's
+        # own budget for Pendulum and half the labels (docs/benchmarks.md)
+        "policy": {"ppo": {}, "sac": {"steps": 20_000, "prefs": {"labels": 100}}},
         "prefs": {
             "task": "swing the rod up and hold it upright, pointing at 12 o'clock",
             "labels": 200,

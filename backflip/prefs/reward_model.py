@@ -176,13 +176,17 @@ class RewardModel:
         reward_std: float = 1.0,
         rng: np.random.Generator | None = None,
         frame_stride: int = 1,
+        use_actions: bool = True,
     ):
         self.obs_shape = tuple(obs_space.shape)
         self.image = len(self.obs_shape) == 3
         self.frame_stride = frame_stride
         self.discrete = hasattr(act_space, "n")
         self.act_space = act_space
-        self.act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        # without actions the model is r̂(o): a judgement of states alone (prefs.reward_input)
+        self.use_actions = use_actions
+        act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        self.act_dim = act_dim if use_actions else 0
         self.nets = [
             RewardNet(self.obs_shape, self.act_dim, hidden, dropout) for _ in range(members)
         ]
@@ -209,6 +213,12 @@ class RewardModel:
             return
         self.obs_rms.update(np.asarray(obs, np.float64).reshape(-1, *self.obs_shape))
 
+    def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        """Observations as the networks see them: normalized with the running statistics and
+        clipped to [-5, 5] (float64; also the features of k-center query selection)."""
+        o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
+        return np.clip(o, -5, 5)
+
     def encode(self, obs: np.ndarray, act: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalized observations and encoded actions (one-hot, or scaled to [-1, 1]).
 
@@ -222,8 +232,9 @@ class RewardModel:
             o = raw.reshape(-1, *frame).contiguous(memory_format=torch.channels_last)
             o = o.to(torch.float32).sub_(mean).mul_(inv_std).clamp_(-5, 5).view(*lead, *frame)
         else:
-            o = (np.asarray(obs, np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8)
-            o = torch.as_tensor(np.clip(o, -5, 5), dtype=torch.float32)
+            o = torch.as_tensor(self.normalize_obs(obs), dtype=torch.float32)
+        if not self.use_actions:  # an empty action encoding: r̂(o)
+            return o, o.new_zeros((*o.shape[: o.dim() - len(self.obs_shape)], 0))
         if self.discrete:
             a = torch.nn.functional.one_hot(torch.as_tensor(act, dtype=torch.long), self.act_dim)
             a = a.float()
@@ -367,15 +378,19 @@ class RewardModel:
         return self.reward_std * self.member_rewards(obs, act).mean(0)
 
     @torch.no_grad()
-    def preference_variance(self, left, right) -> np.ndarray:
-        """Variance across members of P̂[left ≻ right] for candidate pairs (query selection).
+    def preference_probs(self, left, right) -> np.ndarray:
+        """(members, B): each member's P̂[left ≻ right] for candidate pairs (query selection).
 
         `left`, `right`: (obs (B, L, ...), actions (B, L, ...)).
         """
         obs = np.stack([left[0], right[0]], 1)
         act = np.stack([left[1], right[1]], 1)
         ret = self.raw_outputs(obs, act).sum(-1)  # (members, B, 2)
-        return np.var(torch.sigmoid(ret[..., 0] - ret[..., 1]).numpy(), 0)
+        return torch.sigmoid(ret[..., 0] - ret[..., 1]).numpy()
+
+    def preference_variance(self, left, right) -> np.ndarray:
+        """Variance across members of P̂[left ≻ right] for candidate pairs (disagreement)."""
+        return np.var(self.preference_probs(left, right), 0)
 
     def snapshot(self) -> RewardModel:
         """A frozen copy for the policy's env wrapper (another thread may go on training)."""

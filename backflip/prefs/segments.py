@@ -4,9 +4,12 @@
   non-overlapping clips of `length` steps that never cross an episode boundary.
 - `SegmentStore` keeps the most recent `capacity` clips (a ring buffer): queries are drawn from
   recent experience, as the policy sees it now.
-- `select_pairs` draws candidate pairs at random and, with `disagreement`, keeps those whose
-  predicted preference varies most across the reward model's ensemble (the paper's active
-  queries; it reports they sometimes hurt, so random selection remains the other option).
+- `select_pairs` draws candidate pairs at random and, once the reward model is trained, keeps
+  the most informative: `disagreement` (the paper's active queries: the predicted preference
+  varies most across the ensemble; it reports they sometimes hurt, so random selection remains
+  an option), and B-Pref's `entropy` (the ensemble's mean predicted preference is closest to a
+  coin flip) and `k-center` (pairs spread out over observation space, away from those already
+  labeled).
 - `LabelSchedule` paces the labels: a share up front from a random policy, then a rate decaying
   like 1/(T + τ) (the paper's 2·10⁶/(T + 2·10⁶) for 10⁷-step runs), all given by a fraction of
   the budget so that the last labels still shape the policy.
@@ -18,6 +21,7 @@ import math
 from collections import deque
 
 import numpy as np
+import torch
 
 from backflip.prefs.db import Segment
 
@@ -72,6 +76,9 @@ class SegmentStore:
         return obs, act
 
 
+SELECTIONS = ("random", "disagreement", "entropy", "k-center")
+
+
 def select_pairs(
     store: SegmentStore,
     n: int,
@@ -79,22 +86,113 @@ def select_pairs(
     method: str = "random",
     model=None,
     oversample: int = 10,
+    labeled: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> list[tuple[Segment, Segment]]:
-    """`n` pairs of distinct segments from `store`, chosen at random or by ensemble disagreement."""
+    """`n` pairs of distinct segments from `store`.
+
+    `random`: `n` pairs drawn uniformly. The other methods draw `n · oversample` random candidate
+    pairs and keep `n` of them, using the reward model `model` (without one, before the first
+    training round, they fall back to random pairs, as B-Pref asks its first queries at random):
+
+    - `disagreement`: the highest variance of P̂[left ≻ right] across the ensemble's members;
+    - `entropy` (B-Pref): the highest entropy of the members' mean P̂ — the pairs the model as a
+      whole is least sure about (B-Pref's code averages the members' own entropies instead,
+      which ignores their disagreement; the mean's entropy counts it);
+    - `k-center` (B-Pref, after Sener & Savarese 2018): greedy k-center over the candidates'
+      features, each time taking the candidate farthest from every pair already labeled
+      (`labeled`: their (left obs, right obs)) and already taken. A pair's features, as in
+      B-Pref, are the observations of its two segments (no actions), normalized like the reward
+      model's input, flattened and concatenated (left, then right); image frames are first
+      average-pooled to 8×8 so that the distances stay cheap.
+
+    `entropy` and `k-center` never return the same pair twice (duplicate candidates are
+    dropped); `random` and `disagreement` keep their original draws.
+    """
     items = list(store.items)
     if len(items) < 2 or n <= 0:
         return []
-    n_cand = n * oversample if method == "disagreement" and model is not None else n
+    informed = method != "random" and model is not None
+    n_cand = n * oversample if informed else n
     left = rng.integers(0, len(items), n_cand)
     right = (left + rng.integers(1, len(items), n_cand)) % len(items)  # never the same segment
     if n_cand > n:
-        var = model.preference_variance(
-            (np.stack([items[i].obs for i in left]), np.stack([items[i].actions for i in left])),
-            (np.stack([items[i].obs for i in right]), np.stack([items[i].actions for i in right])),
-        )
-        keep = np.argsort(-var, kind="stable")[:n]
+        if method != "disagreement":  # the new methods: each candidate pair once
+            _, first = np.unique(left * len(items) + right, return_index=True)
+            first.sort()
+            left, right = left[first], right[first]
+        if method == "k-center":
+            cand = pair_features(model, [items[i].obs for i in left], [items[i].obs for i in right])
+            done = None
+            if labeled:
+                done = pair_features(model, [lo for lo, _ in labeled], [ro for _, ro in labeled])
+            keep = k_center(cand, done, n)
+        else:
+            probs = model.preference_probs(
+                (
+                    np.stack([items[i].obs for i in left]),
+                    np.stack([items[i].actions for i in left]),
+                ),
+                (
+                    np.stack([items[i].obs for i in right]),
+                    np.stack([items[i].actions for i in right]),
+                ),
+            )
+            if method == "disagreement":
+                score = np.var(probs, 0)
+            elif method == "entropy":
+                score = binary_entropy(probs.mean(0))
+            else:
+                raise ValueError(f"unknown query selection {method!r}")
+            keep = np.argsort(-score, kind="stable")[:n]
         left, right = left[keep], right[keep]
     return [(items[i], items[j]) for i, j in zip(left, right, strict=True)]
+
+
+def binary_entropy(p: np.ndarray) -> np.ndarray:
+    """Entropy (nats) of a Bernoulli(p): ln 2 at p = 0.5, 0 at p = 0 or 1."""
+    p = np.clip(np.asarray(p, np.float64), 1e-12, 1 - 1e-12)
+    return -(p * np.log(p) + (1 - p) * np.log1p(-p))
+
+
+def pair_features(model, left_obs: list[np.ndarray], right_obs: list[np.ndarray]) -> np.ndarray:
+    """(pairs, D) features of pairs for k-center: both segments' observations (each (L, ...)),
+    normalized like the reward model's input, image frames pooled to at most 8×8, flattened."""
+
+    def segment(obs_list):
+        obs = model.normalize_obs(np.stack(obs_list))  # (P, L, *obs_shape)
+        if obs.ndim == 5:  # (P, L, C, H, W) images
+            pooled = torch.nn.functional.adaptive_avg_pool2d(
+                torch.as_tensor(obs.reshape(-1, *obs.shape[2:])), 8
+            )
+            obs = pooled.numpy().reshape(*obs.shape[:3], -1)
+        return obs.reshape(len(obs_list), -1)
+
+    return np.concatenate([segment(left_obs), segment(right_obs)], 1)
+
+
+def k_center(cand: np.ndarray, done: np.ndarray | None, n: int) -> np.ndarray:
+    """Greedy k-center: indices of `n` rows of `cand` (distinct while any are left), each the
+    farthest (Euclidean) from the rows of `done` and those taken before it. Without `done`, the
+    first row comes first (the candidates are in random order)."""
+    m = len(cand)
+    nearest = np.full(m, np.inf)
+    if done is not None and len(done):
+        for start in range(0, len(done), 1024):
+            nearest = np.minimum(nearest, _distances(cand, done[start : start + 1024]).min(1))
+    taken = np.zeros(m, bool)
+    out = []
+    for _ in range(min(n, m)):
+        i = int(np.argmax(np.where(taken, -1.0, nearest)))
+        out.append(i)
+        taken[i] = True
+        nearest = np.minimum(nearest, _distances(cand, cand[i : i + 1])[:, 0])
+    return np.asarray(out, np.int64)
+
+
+def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(len(a), len(b)) Euclidean distances."""
+    sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
+    return np.sqrt(np.maximum(sq, 0.0))
 
 
 class LabelSchedule:

@@ -5,9 +5,9 @@ the algorithm makes (with `run.make_vec`) sees the learned reward, while evaluat
 true one. The algorithm needs no change: every algorithm makes its envs with `run.make_vec`.
 
 On each step it
-1. replaces the env's reward with the pipeline's current reward model, r̂(o_t, a_t), computed for
-   all env copies in one batched forward pass (0 on Gymnasium's autoreset steps, which are not
-   transitions);
+1. replaces the env's reward with the pipeline's current reward model, r̂(o_t, a_t) (or r̂(o_{t+1})
+   with `prefs.reward_input=next-obs`), computed for all env copies in one batched forward pass
+   (0 on Gymnasium's autoreset steps, which are not transitions);
 2. hands the true transition to the pipeline (segments for queries, true returns for metrics);
 3. lets the pipeline run its synchronous tick, or publish the async worker's metrics.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 
 class LearnedReward(gym.vector.VectorWrapper):
-    """Replace the reward of a vector env (NEXT_STEP autoreset) by `pipeline.reward(obs, act)`."""
+    """Replace the reward of a vector env (NEXT_STEP autoreset) by the pipeline's learned one."""
 
     def __init__(self, env: gym.vector.VectorEnv, pipeline):
         super().__init__(env)
@@ -38,7 +38,7 @@ class LearnedReward(gym.vector.VectorWrapper):
         obs_before, valid = self.obs, ~self.prev_done
         obs, true_reward, term, trunc, info = self.env.step(actions)
         actions = np.asarray(actions)
-        reward = self.pipeline.reward(obs_before, actions)
+        reward = self.pipeline.reward(obs_before, actions, obs)
         reward = np.where(valid, reward, 0.0)
         done = term | trunc
         self.pipeline.on_step(

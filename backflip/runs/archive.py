@@ -16,7 +16,8 @@
           tb/                    TensorBoard event files
           checkpoints/           step_<n>.pt (periodic), final.pt
 
-Every JSON file is written atomically (temp file + rename), so a crash never leaves half a file.
+Every JSON file is written atomically (temp file + rename), so a crash never leaves half a file,
+and through `backflip.jsonout`, so it is strict JSON (null, never NaN).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from backflip import jsonout
 from backflip.errors import UserError
 
 STATUSES = ("running", "finished", "failed", "interrupted")
@@ -58,15 +60,10 @@ def new_run_id() -> str:
 
 
 def write_json(path: Path, data) -> None:
+    """Atomically, through `backflip.jsonout` (non-finite floats are written as null)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_jsonable))
+    tmp.write_text(jsonout.dumps(data, indent=2))
     os.replace(tmp, path)
-
-
-def _jsonable(x):
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    return str(x)
 
 
 def read_json(path: Path) -> dict:

@@ -7,11 +7,11 @@ one short transaction per write. The index can always be rebuilt from the run di
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from pathlib import Path
 
+from backflip import jsonout
 from backflip.runs.archive import load_run, reconcile, run_dirs
 
 SCHEMA = """
@@ -69,9 +69,7 @@ def _row(record: dict) -> dict:
         "rerun_of": record.get("rerun_of"),
         "pid": record.get("pid"),
         "host": record.get("host"),
-        "record": json.dumps(
-            {k: v for k, v in record.items() if k not in ("provenance",)}, default=str
-        ),
+        "record": jsonout.dumps({k: v for k, v in record.items() if k not in ("provenance",)}),
     }
 
 

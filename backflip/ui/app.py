@@ -163,8 +163,10 @@ def create_app(
     """
     try:
         from flask import Flask, Response, abort, jsonify, redirect, request, send_file
+        from flask.json.provider import DefaultJSONProvider
     except ImportError:
         raise UserError("the UI needs Flask: pip install 'backflip[ui]'") from None
+    from backflip import jsonout
     from backflip.runs import index
     from backflip.runs.archive import run_dirs
 
@@ -172,14 +174,25 @@ def create_app(
     if run_dirs(home) and not (home / "index.sqlite").exists():
         index.reindex(home)
     links = ServerLinks()
-    app = Flask(
+
+    class JSONOut(DefaultJSONProvider):
+        """`jsonify` and the `tojson` of mounted blueprints' templates: `backflip.jsonout`."""
+
+        sort_keys = False
+
+        def dumps(self, obj, **kwargs) -> str:
+            return jsonout.dumps(obj, **kwargs)
+
+    class App(Flask):
+        json_provider_class = JSONOut
+
+    app = App(
         "backflip.ui",
         static_folder=str(STATIC),
         static_url_path="/static",
         template_folder=str(TEMPLATES),
     )
     app.config["BACKFLIP_HOME"] = home
-    app.json.sort_keys = False
     app.url_map.merge_slashes = False  # `//etc/passwd` reaches the path check, not a redirect
 
     @app.context_processor
@@ -254,10 +267,13 @@ def create_app(
             else:
                 error = f"no run {i!r} in {home}"
         if dirs:
-            c = data.compare(dirs, metric)
-            if metric and c["metric"] != metric:
-                error = f"not every run logged {metric!r}"
-        env = c["runs"][0]["env"] if c else None
+            try:
+                c = data.compare(home, dirs, metric)
+            except UserError as e:  # the same run twice, too many runs
+                error = str(e)
+            else:
+                error = error or c["error"]
+        env = c["sides"][0]["env"] if c else None
         candidates = index.query(home, env=env, limit=200) or index.query(home, limit=200)
         boot = {"compare": c}
         return page(

@@ -7,25 +7,41 @@ each seed's `metrics.csv`, so a running seed's step count is as fresh as its las
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
 import time
-import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
-
-from backflip import stats
+from backflip import curves, stats
+from backflip.returns import (
+    EVAL_RETURN,
+    LEARNED_NOTE,
+    TRAINING_RETURN,
+    TRUE_RETURN,
+    holds_learned_reward,
+    is_preference_run,
+    training_return,
+)
 from backflip.runs.archive import load_run, read_json, seed_dir, seed_status
-from backflip.telemetry import read_metrics
 
-MAX_POINTS = 600  # per metric and seed sent to the browser; longer series are averaged in buckets
-BAND_REPS = 300  # bootstrap resamples for the per-step IQM interval
+MAX_POINTS = 600  # steps per metric sent to the run page; longer runs are sampled on a grid
 GROUP_ORDER = ("eval", "rollout", "train", "env", "time", "sys")
-PREFERRED_CURVES = ("eval/return_mean", "rollout/ep_return_mean")
+PREFERRED_CURVES = (EVAL_RETURN, TRAINING_RETURN)
+# A preference run's page opens on what tells whether it works: the task's return, then the
+# reward model (does it generalize, does it track the task?), then the labels; every other
+# prefs/ and reward_model/ chart follows in the same group, before the usual groups.
+PREFERENCE_GROUP = "preferences"
+PREFERENCE_FIRST = (
+    TRUE_RETURN,
+    EVAL_RETURN,
+    "reward_model/val_acc",
+    "reward_model/return_corr",
+    "prefs/labels",
+    "prefs/label_debt",
+)
+PREFERENCE_PREFIXES = ("prefs/", "reward_model/")
 
 
 # --- small readers ------------------------------------------------------------------------------
@@ -47,8 +63,8 @@ def tail_text(path: Path, max_lines: int = 60, max_bytes: int = 16_384) -> str:
     return "\n".join(lines[-max_lines:])
 
 
-def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
-    """(step, {name: value}) of the last complete row of a metrics.csv, read from its tail."""
+def _tail_rows(path: Path) -> dict[int, dict[str, float]]:
+    """{step: {name: value}} of the rows in the tail of a metrics.csv."""
     text = tail_text(path, max_lines=400, max_bytes=32_768)
     rows: dict[int, dict[str, float]] = {}
     for line in text.splitlines():
@@ -60,6 +76,10 @@ def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
         except ValueError:
             continue
         rows.setdefault(step, {})[parts[2]] = value
+    return rows
+
+
+def _last_complete(rows: dict[int, dict[str, float]]) -> tuple[int, dict[str, float]]:
     if not rows:
         return 0, {}
     # a row is complete once its last metric (time/wall_s) is written; the file is buffered, so
@@ -67,6 +87,17 @@ def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
     complete = [s for s, row in rows.items() if "time/wall_s" in row]
     step = max(complete) if complete else max(rows)
     return step, rows[step]
+
+
+def last_metrics_row(path: Path) -> tuple[int, dict[str, float]]:
+    """(step, {name: value}) of the last complete row of a metrics.csv, read from its tail."""
+    return _last_complete(_tail_rows(path))
+
+
+def _newest(rows: dict[int, dict[str, float]], name: str) -> float | None:
+    """The newest value of `name` among `rows`: metrics not logged on every row (a preference
+    run's true return comes with the pipeline's rows) are found in an earlier one."""
+    return next((rows[s][name] for s in sorted(rows, reverse=True) if name in rows[s]), None)
 
 
 def _finite(x):
@@ -112,8 +143,9 @@ def choices(home: Path) -> dict[str, list[str]]:
 # --- progress (polled by the pages while runs are going) ------------------------------------------
 
 
-def seed_progress(run_dir: Path, seed: int) -> dict:
-    """A seed's status.json, with its latest step and return read live while it runs."""
+def seed_progress(run_dir: Path, seed: int, ret_metric: str = TRAINING_RETURN) -> dict:
+    """A seed's status.json, with its latest step and return (`ret_metric`) read live while it
+    runs."""
     from backflip.summary import status_text
 
     st = seed_status(run_dir, seed)
@@ -130,10 +162,11 @@ def seed_progress(run_dir: Path, seed: int) -> dict:
         "error": st.get("error"),
     }
     if out["status"] in ("running", "waiting"):
-        step, row = last_metrics_row(seed_dir(run_dir, seed) / "metrics.csv")
+        rows = _tail_rows(seed_dir(run_dir, seed) / "metrics.csv")
+        step, row = _last_complete(rows)
         out["steps"] = max(step, out["steps"])
         out["sps"] = _finite(row.get("time/sps"))
-        out["ret"] = _finite(row.get("rollout/ep_return_mean"))
+        out["ret"] = _finite(row.get(ret_metric, _newest(rows, ret_metric)))
         started = _parse_time(st.get("started"))
         out["wall_s"] = time.time() - started if started else None
     return out
@@ -144,7 +177,8 @@ def run_progress(run_dir: Path) -> dict:
     from backflip.summary import result_line, run_state
 
     record = load_run(run_dir)
-    seeds = [seed_progress(run_dir, s) for s in record["config"]["seeds"]]
+    ret_metric = training_return(record["config"])
+    seeds = [seed_progress(run_dir, s, ret_metric) for s in record["config"]["seeds"]]
     budget = record["config"]["steps"] * max(1, len(seeds))
     done = sum(min(s["steps"] or 0, record["config"]["steps"]) for s in seeds)
     results = record.get("results") or {}
@@ -156,9 +190,11 @@ def run_progress(run_dir: Path) -> dict:
         "steps_total": budget,
         "fraction": done / budget if budget else 0.0,
         "seeds": seeds,
+        "return_metric": ret_metric,
         "result": result_line(results) if results else None,
         "iqm": _finite(results.get("iqm")),
         "ci": [_finite(results.get("ci_low")), _finite(results.get("ci_high"))],
+        "interval": stats.interval(results.get("ci_low"), results.get("ci_high"), results.get("n")),
         "duration_s": record.get("duration_s")
         or (time.time() - (_parse_time(record.get("created")) or time.time())),
     }
@@ -239,6 +275,7 @@ def run_detail(run_dir: Path) -> dict:
     results = record.get("results") or {}
     return {
         "record": record,
+        "preference": is_preference_run(record["config"]),
         "result_line": result_line(results) if results else None,
         "checkout": checkout,
         "patches": patches,
@@ -297,89 +334,6 @@ def labeling(run_dir: Path, record: dict) -> list[dict] | None:
 # --- curves ---------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=256)
-def _read_metrics_cached(path: str, size: int, mtime_ns: int) -> dict:
-    return read_metrics(path)
-
-
-def seed_metrics(run_dir: Path, seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{name: (steps, values)} of one seed; cached until the file changes."""
-    path = seed_dir(run_dir, seed) / "metrics.csv"
-    try:
-        st = path.stat()
-    except OSError:
-        return {}
-    return _read_metrics_cached(str(path), st.st_size, st.st_mtime_ns)
-
-
-def _dedupe(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted by step; for a step logged twice (a resumed run re-logs it) the last value wins."""
-    rev_steps, rev_values = steps[::-1], values[::-1]
-    uniq, first = np.unique(rev_steps, return_index=True)
-    return uniq, rev_values[first]
-
-
-def align(series: dict[int, tuple[np.ndarray, np.ndarray]], max_points: int = MAX_POINTS):
-    """Put each seed's (steps, values) on one step grid: (grid, {seed: values or NaN}).
-
-    The grid is the union of the seeds' steps; a seed's value between its own steps is linearly
-    interpolated and NaN outside its range. A grid longer than `max_points` becomes that many
-    equal buckets, each seed's value the mean of its points in the bucket.
-    """
-    series = {s: _dedupe(*sv) for s, sv in series.items() if len(sv[0])}
-    if not series:
-        return np.zeros(0), {}
-    grid = np.unique(np.concatenate([s for s, _ in series.values()]))
-    bucketed = len(grid) > max_points
-    if bucketed:
-        edges = np.linspace(grid[0], grid[-1], max_points + 1)
-        grid = np.round((edges[:-1] + edges[1:]) / 2)
-    out = {}
-    for seed, (s, v) in series.items():
-        if bucketed:
-            which = np.clip(np.searchsorted(edges, s, side="right") - 1, 0, max_points - 1)
-            counts = np.bincount(which, minlength=max_points)
-            sums = np.bincount(which, weights=v, minlength=max_points)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                means = sums / counts
-            have = counts > 0
-            s, v = grid[have], means[have]
-        vals = np.interp(grid, s, v)
-        vals[(grid < s[0]) | (grid > s[-1])] = np.nan
-        out[seed] = vals
-    return grid, out
-
-
-def iqm_band(matrix: np.ndarray, reps: int = BAND_REPS, level: float = 0.95, seed: int = 0):
-    """IQM over seeds at each step with a percentile-bootstrap interval: (iqm, low, high).
-
-    `matrix` is (seeds, steps) with NaN where a seed has no value. The IQM is
-    `backflip.stats.iqm` (25%-trimmed mean); the interval resamples seeds, as
-    `stats.bootstrap_ci` does for one number, vectorized over the steps (steps where a seed is
-    missing, or with one seed, get no interval).
-    """
-    n, p = matrix.shape
-    center = np.full(p, np.nan)
-    low, high = np.full(p, np.nan), np.full(p, np.nan)
-    if n == 0 or p == 0:
-        return center, low, high
-    finite = np.isfinite(matrix)
-    full = finite.all(axis=0)
-    cut = int(0.25 * n)  # scipy.stats.trim_mean's rule, so this equals stats.iqm
-    if full.any():
-        m = np.sort(matrix[:, full], axis=0)
-        center[full] = m[cut : n - cut].mean(axis=0)
-        if n >= 2:
-            rng = np.random.default_rng(seed)
-            idx = rng.integers(0, n, size=(reps, n))
-            boot = np.sort(matrix[:, full][idx], axis=1)[:, cut : n - cut].mean(axis=1)
-            alpha = (1 - level) / 2
-            low[full], high[full] = np.quantile(boot, [alpha, 1 - alpha], axis=0)
-    for j in np.flatnonzero(~full & finite.any(axis=0)):
-        center[j] = stats.iqm(matrix[finite[:, j], j])
-    return center, low, high
-
-
 def _group_key(name: str):
     group = name.split("/", 1)[0]
     rank = GROUP_ORDER.index(group) if group in GROUP_ORDER else len(GROUP_ORDER)
@@ -387,148 +341,101 @@ def _group_key(name: str):
     return (rank, preferred, name)
 
 
-def _json_list(a: np.ndarray, digits: int = 6) -> list:
-    """Floats rounded to `digits` significant digits, non-finite as None (JSON has no NaN)."""
-    out = []
-    for x in a.tolist():
-        out.append(float(f"{x:.{digits}g}") if math.isfinite(x) else None)
-    return out
+def _in_preference_group(name: str) -> bool:
+    return name in PREFERENCE_FIRST or name.startswith(PREFERENCE_PREFIXES)
 
 
-def curve(run_dir: Path, seeds: list[int], name: str, max_points: int = MAX_POINTS) -> dict | None:
-    """One metric over seeds: x, each seed's y, and the IQM with its band."""
-    per_seed = {s: m[name] for s in seeds if name in (m := seed_metrics(run_dir, s))}
-    grid, values = align(per_seed, max_points)
-    if not len(grid):
+def display_key(name: str, preference: bool):
+    """Where a metric's chart goes on a run page: the usual groups in `GROUP_ORDER`, the result
+    first; on a preference run the preference group (`PREFERENCE_FIRST`, then every other
+    prefs/ and reward_model/ chart) before them all."""
+    if preference and _in_preference_group(name):
+        first = PREFERENCE_FIRST.index(name) if name in PREFERENCE_FIRST else len(PREFERENCE_FIRST)
+        return (0, first, name)
+    return (1, *_group_key(name))
+
+
+def chart_group(name: str, preference: bool) -> str:
+    if preference and _in_preference_group(name):
+        return PREFERENCE_GROUP
+    return name.split("/", 1)[0] if "/" in name else "other"
+
+
+def chart_note(name: str, preference: bool) -> str | None:
+    """What a chart's title adds to the metric name: on a preference run, which reward a
+    return is in — the learned one r̂ the policy trained on, or the task's."""
+    if not preference:
         return None
-    order = sorted(values)
-    matrix = np.vstack([values[s] for s in order])
-    center, low, high = iqm_band(matrix)
-    return {
-        "x": grid.astype(np.int64).tolist(),
-        "seeds": {str(s): _json_list(values[s]) for s in order},
-        "iqm": _json_list(center),
-        "low": _json_list(low),
-        "high": _json_list(high),
-    }
+    if holds_learned_reward(name):
+        return LEARNED_NOTE
+    if name == TRUE_RETURN:
+        return "true return (the task's reward), training episodes"
+    if name.startswith("eval/return_"):
+        return "true return (the task's reward), greedy evaluation"
+    return None
 
 
 def run_curves(run_dir: Path, names: list[str] | None = None) -> dict:
-    """Every metric of a run (or the named ones) as curves, grouped in display order."""
+    """Every metric of a run (or the named ones) as curves over its seeds, in display order.
+
+    Each curve is `backflip.curves`' (the alignment and IQM band of `backflip compare` and the
+    plots) with every seed's values on the grid: {"step", "iqm", "low", "high", "n", "values",
+    "seeds"}, at most `MAX_POINTS` steps, values rounded to 6 significant digits. `groups` lists
+    the page's sections in order ({key, title, names}); `notes` adds to a chart's title what the
+    metric name does not say (on a preference run: which reward a return is in).
+    """
     record = read_json(run_dir / "run.json")
     seeds = record["config"]["seeds"]
-    all_names: set[str] = set()
-    for s in seeds:
-        all_names.update(seed_metrics(run_dir, s))
-    wanted = sorted(all_names if names is None else all_names & set(names), key=_group_key)
-    curves = {n: c for n in wanted if (c := curve(run_dir, seeds, n)) is not None}
-    return {"id": record["id"], "seeds": seeds, "names": list(curves), "curves": curves}
+    preference = is_preference_run(record["config"])
+    all_names = curves.metric_names(run_dir, seeds)
+    wanted = sorted(
+        all_names if names is None else all_names & set(names),
+        key=lambda n: display_key(n, preference),
+    )
+    found = curves.run_metric_curves(run_dir, seeds, wanted, points=MAX_POINTS, digits=6)
+    groups: list[dict] = []
+    for n in found:
+        key = chart_group(n, preference)
+        if not groups or groups[-1]["key"] != key:
+            title = (
+                "preferences: the task's return, the reward model, the labels"
+                if key == PREFERENCE_GROUP
+                else f"{key}/"
+            )
+            groups.append({"key": key, "title": title, "names": []})
+        groups[-1]["names"].append(n)
+    notes = {n: note for n in found if (note := chart_note(n, preference))}
+    return {
+        "id": record["id"],
+        "seeds": seeds,
+        "preference": preference,
+        "names": list(found),
+        "groups": groups,
+        "notes": notes,
+        "curves": found,
+    }
 
 
 # --- comparing runs -------------------------------------------------------------------------------
 
 
-def final_scores(record: dict) -> list[float]:
-    """Each finished seed's final greedy evaluation return."""
-    out = []
-    for s in record.get("seeds", []):
-        v = s.get("final_eval_return") if isinstance(s, dict) else None
-        if isinstance(v, int | float) and math.isfinite(v):
-            out.append(float(v))
-    return out
-
-
-def verdict(a: list[float], b: list[float], name_a: str, name_b: str) -> dict:
-    """Is B better than A? Probability of improvement and Welch's t-test on final scores.
-
-    P(B > A) is the Mann–Whitney probability that a random seed of B beats a random seed of A
-    (ties count half; Agarwal et al. 2021), with a bootstrap interval resampling each side's
-    seeds. Kept small on purpose: when `backflip.stats` offers these (issue 5), call it here.
+def compare(home: Path, run_dirs: list[Path], metric: str | None = None) -> dict:
+    """Runs side by side: `backflip compare`'s own report (`backflip.compare.compare_runs`: the
+    same scores, intervals, verdicts, fairness notes and curves), plus what the page needs —
+    `metrics`, the curves every run can show, and `error` when the asked-for one is not among
+    them (the page then shows the default, "return", and says so).
     """
-    from scipy import stats as sps
+    from backflip.compare import compare_runs, curve_metrics
 
-    a_, b_ = np.asarray(a, float), np.asarray(b, float)
-    out: dict = {"a": name_a, "b": name_b, "n_a": a_.size, "n_b": b_.size}
-    if a_.size < 2 or b_.size < 2:
-        out["text"] = (
-            f"insufficient evidence: {name_b} vs {name_a} needs at least 2 finished seeds each "
-            f"(have {b_.size} and {a_.size})"
-        )
-        out["decided"] = False
-        return out
-
-    def p_improve(x, y):  # P(y > x) over all pairs, ties half
-        return (
-            (y[..., :, None] > x[..., None, :]) + 0.5 * (y[..., :, None] == x[..., None, :])
-        ).mean(axis=(-1, -2))
-
-    p = float(p_improve(a_, b_))
-    rng = np.random.default_rng(0)
-    boot = p_improve(
-        a_[rng.integers(0, a_.size, (2000, a_.size))], b_[rng.integers(0, b_.size, (2000, b_.size))]
-    )
-    lo, hi = (float(q) for q in np.quantile(boot, [0.025, 0.975]))
-    if np.ptp(a_) == 0 and np.ptp(b_) == 0:
-        welch_p = 1.0 if a_[0] == b_[0] else 0.0
-    else:
-        with warnings.catch_warnings():  # one side constant (e.g. every seed at 500): fine
-            warnings.simplefilter("ignore", RuntimeWarning)
-            welch_p = float(sps.ttest_ind(b_, a_, equal_var=False).pvalue)
-    out.update(p_improve=p, p_low=lo, p_high=hi, welch_p=welch_p)
-    numbers = (
-        f"P({name_b}>{name_a})={p:.2f} [{lo:.2f}, {hi:.2f}], Welch p={welch_p:.3g}, "
-        f"{b_.size} and {a_.size} seeds"
-    )
-    few = min(a_.size, b_.size) < stats.MIN_TRUSTWORTHY_SEEDS
-    if lo > 0.5 and welch_p < 0.05:
-        out["text"] = f"{name_b} beats {name_a}: {numbers}"
-        out["decided"] = True
-    elif hi < 0.5 and welch_p < 0.05:
-        out["text"] = f"{name_a} beats {name_b}: {numbers}"
-        out["decided"] = True
-    else:
-        out["text"] = f"insufficient evidence to separate {name_b} from {name_a}: {numbers}"
-        out["decided"] = False
-    if few:
-        out["text"] += f" — fewer than {stats.MIN_TRUSTWORTHY_SEEDS} seeds per side"
-    return out
-
-
-def compare(run_dirs: list[Path], metric: str | None = None) -> dict:
-    """Several runs side by side: their final scores, one metric's IQM curves, verdicts vs the first."""
-    records = [load_run(d) for d in run_dirs]
-    common = None
-    for d, r in zip(run_dirs, records, strict=True):
-        names = set()
-        for s in r["config"]["seeds"]:
-            names.update(seed_metrics(d, s))
-        common = names if common is None else common & names
-    common = sorted(common or set(), key=_group_key)
-    if metric not in common:  # not logged by every run: fall back to the default
+    common = curve_metrics(run_dirs)
+    error = None
+    if metric and metric not in common:
+        error = f"not every run logged {metric!r}: showing {common[0]!r}"
         metric = None
-    if metric is None:
-        metric = next((m for m in PREFERRED_CURVES if m in common), common[0] if common else None)
-    runs = []
-    for d, r in zip(run_dirs, records, strict=True):
-        scores = final_scores(r)
-        label = f"{r['id'][-4:]} {r['algo']}"
-        runs.append(
-            {
-                "id": r["id"],
-                "label": label,
-                "algo": r["algo"],
-                "env": r["env"],
-                "message": r.get("message", ""),
-                "status": r["status"],
-                "steps": r["config"]["steps"],
-                "summary": stats.summarize(scores),
-                "scores": scores,
-                "curve": curve(d, r["config"]["seeds"], metric) if metric else None,
-            }
-        )
-    base = runs[0] if runs else None
-    verdicts = [verdict(base["scores"], r["scores"], base["label"], r["label"]) for r in runs[1:]]
-    return {"metric": metric, "metrics": common, "runs": runs, "verdicts": verdicts}
+    report = compare_runs(home, [str(d) for d in run_dirs], metric or common[0], at_least=1)
+    report["metrics"] = [common[0], *sorted(common[1:], key=_group_key)]
+    report["error"] = error
+    return report
 
 
 def now_iso() -> str:

@@ -23,7 +23,6 @@ JSON only, which a cross-site form cannot send.
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import threading
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from backflip import jsonout
 from backflip.prefs import frames as frames_mod
 from backflip.prefs.db import CHOICES, PreferenceDB
 from backflip.prefs.people import person_summary
@@ -233,7 +233,7 @@ def blueprint(home: Path, page, run_dir_of):
             return seeds[run_id, seed]
 
     def reply(body: dict, status: int = 200):
-        return Response(json.dumps(body), status, mimetype="application/json")
+        return Response(jsonout.dumps(body), status, mimetype="application/json")
 
     def person_of(value) -> str:
         person = str(value or "").strip()

@@ -3,7 +3,8 @@
 Pages differ between the two only in their links: `ServerLinks` point at the app's routes,
 `ReportLinks` at files written next to each other (so a report opens from disk, no server).
 Every value is escaped by Jinja's autoescape; data for the page script travels as JSON in a
-`<script type="application/json">` block (`|tojson` escapes `<`, `>` and `&`).
+`<script type="application/json">` block (`|tojson` escapes `<`, `>` and `&`, and writes through
+`backflip.jsonout`: a NaN would make the page's `JSON.parse` fail and leave it blank).
 """
 
 from __future__ import annotations
@@ -100,6 +101,13 @@ def fmt(x, digits: int = 1) -> str:
     return _fmt(x, digits)
 
 
+def ci(summary: dict) -> str:
+    """A summary's IQM interval: "[349.2, 500.0]" or "[no interval: 1 seed]" (`stats.interval`)."""
+    from backflip.compare import interval_of
+
+    return interval_of(summary or {})
+
+
 def duration(seconds) -> str:
     from backflip.summary import duration as _duration
 
@@ -142,6 +150,8 @@ def index_rows(rows: list[dict], links) -> str:
     ~0.5 ms each, too slow for 1,000 rows (benchmarks/ui_index.py). Every value is escaped."""
     from markupsafe import Markup
 
+    from backflip.stats import interval
+
     out = []
     pick = links.live
     for r in rows:
@@ -153,10 +163,9 @@ def index_rows(rows: list[dict], links) -> str:
         else:
             steps_cell = f"{steps:,}"
         if r["final_iqm"] is not None:
-            result = (
-                f'{fmt(r["final_iqm"])} <span class="muted">[{fmt(r["ci_low"])}, '
-                f"{fmt(r['ci_high'])}]</span>"
-            )
+            ci = escape(interval(r["ci_low"], r["ci_high"], r["n_seeds"]))
+            result = f'{fmt(r["final_iqm"])} <span class="muted">{ci}</span>'
+
             result_v = r["final_iqm"]
         elif r["final_mean"] is not None:
             result, result_v = fmt(r["final_mean"]), r["final_mean"]
@@ -190,6 +199,8 @@ def index_rows(rows: list[dict], links) -> str:
 
 @functools.cache
 def environment():
+    from backflip import jsonout
+
     try:
         import jinja2
     except ImportError:
@@ -203,7 +214,8 @@ def environment():
         lstrip_blocks=True,
         undefined=jinja2.ChainableUndefined,  # optional keys of old records render empty
     )
-    env.filters.update(fmt=fmt, duration=duration, when=when, ago=ago, size=size, slug=slug)
+    env.filters.update(fmt=fmt, ci=ci, duration=duration, when=when, ago=ago, size=size, slug=slug)
+    env.policies["json.dumps_function"] = jsonout.dumps  # `|tojson`: null, never NaN
     return env
 
 

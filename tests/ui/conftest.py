@@ -13,7 +13,8 @@ from tests.ui.support import Server, backflip, real_finding, run_id_of
 
 @pytest.fixture(scope="session")
 def ui_archive(tmp_path_factory) -> dict:
-    """Two finished runs (A with videos and rewards ×1000, which the doctor flags; B with an HTML-looking question)."""
+    """Two finished runs, both with rewards ×1000 (a fault the doctor flags; the same scale, so
+    their scores compare): A with videos, B with an HTML-looking question."""
     home = tmp_path_factory.mktemp("ui") / "archive"
     home.mkdir()
     common = ["--env", "CartPole-v1", "--seeds", "2", "--workers", "2", "--steps", "2048"]
@@ -43,6 +44,8 @@ def ui_archive(tmp_path_factory) -> dict:
         "epochs=1",
         "--set",
         "lr=3e-4",
+        "--set",
+        "env.reward_scale=1000",
         "-m",
         "question B <b>not bold</b>",
         "--no-progress",

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, cli_env
-from tests.ui.support import ARTIFACTS, anchor, backflip, kill_tree, screenshot_ok
+from tests.ui.support import ARTIFACTS, anchor, backflip, kill_tree, run_id_of, screenshot_ok
 
 CHROMIUM = Path("/usr/bin/chromium")
 # a run long enough to watch (stopped with SIGINT once the test has seen what it needs)
-LIVE_ARGS = ["--steps", "2000000", "--set", "epochs=1", "--no-progress", "-m", "live: watch me"]
+LIVE_ARGS = ["--seeds", "1", "--steps", "2000000", "--set", "epochs=1", "--no-progress"]
+LIVE_ARGS += ["-m", "live: watch me"]
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -82,6 +83,63 @@ def shot(page, name: str, full_page: bool = False) -> Path:
     page.screenshot(path=str(path), full_page=full_page)
     screenshot_ok(path)
     return path
+
+
+def colored_pixels(page, selector: str) -> int:
+    """Pixels of a chart's canvas drawn in colour: its series (axes, grid and text are grey)."""
+    return page.evaluate(
+        """sel => {
+            const c = document.querySelector(sel);
+            const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4) {
+                const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]);
+                if (d[i + 3] > 0 && hi - lo > 60) n++;
+            }
+            return n;
+        }""",
+        selector,
+    )
+
+
+@pytest.fixture(scope="module")
+def one_seed_report(tmp_path_factory):
+    """Two one-seed runs (no interval anywhere), written as a static report."""
+    home = tmp_path_factory.mktemp("one-seed") / "archive"
+    home.mkdir()
+    ids = []
+    for lr in ("5e-3", "1e-3"):
+        args = ["--seeds", "1", "--steps", "2048", "--set", "epochs=1", "--set", f"lr={lr}"]
+        out = backflip(home, "train", "ppo", "--env", "CartPole-v1", *args, "--no-progress")
+        ids.append(run_id_of(out.stdout))
+    out = tmp_path_factory.mktemp("report")
+    backflip(home, "report", *ids, "--out", out)
+    return out, ids
+
+
+def test_charts_draw_with_one_seed_and_say_there_is_no_interval(page, one_seed_report):
+    out, ids = one_seed_report
+    page.goto((out / "index.html").as_uri())
+    page.wait_for_selector("#compare-plot canvas")
+    assert colored_pixels(page, "#compare-plot canvas") > 200  # two curves, not a blank chart
+    assert "A (no interval: 1 seed)" in page.locator("#compare-plot .u-legend").inner_text()
+    assert "[no interval: 1 seed]" in page.locator("#verdicts").inner_text()
+    assert "nan" not in page.locator("main").inner_text().lower().split()
+    shot(page, "report-one-seed")
+    page.click(f'a[href="runs/{ids[0]}.html"]')
+    chart = f"#{anchor('rollout/ep_return_mean')}"
+    page.wait_for_selector(f"{chart} canvas")
+    assert colored_pixels(page, f"{chart} canvas") > 100
+    assert "no interval: 1 seed" in page.locator(f"{chart} .plot-title").inner_text()
+
+
+def test_compare_chart_draws_a_metric_logged_once(page, ui_server, ui_archive):
+    """eval/return_mean is logged once, at the end: one point per run, drawn as a dot."""
+    ids = f"{ui_archive['a']},{ui_archive['b']}"
+    page.goto(f"{ui_server.base}/compare?ids={ids}&metric=eval/return_mean")
+    page.wait_for_selector("#compare-plot canvas")
+    assert colored_pixels(page, "#compare-plot canvas") > 20
+    shot(page, "compare-one-point")
 
 
 def test_index_lists_the_runs_created_in_this_test_session(page, ui_server, ui_archive):

@@ -3,6 +3,7 @@ sites and hosts out, finished or dead runs refuse answers, several people label 
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -339,7 +340,7 @@ def test_killing_the_ui_mid_labeling_loses_no_acknowledged_answer(home):
                     with opener.open(request, timeout=10) as r:
                         if r.status == 200:
                             seen.append(q["id"])  # acknowledged
-            except OSError:  # the server was killed
+            except (OSError, http.client.HTTPException):  # the server was killed
                 return
 
         worker = threading.Thread(target=label, daemon=True)

@@ -6,6 +6,7 @@ import html
 import http.client
 import json
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,9 +16,13 @@ import pytest
 pytest.importorskip("flask")
 
 from backflip import stats
+from backflip.compare import interval_of
+from backflip.curves import run_metric_curves
 from backflip.journal import read_notes
 from backflip.telemetry import read_metrics
-from tests.ui.support import Server, anchor
+from tests.ui.support import Server, anchor, backflip
+
+BOOT = re.compile(r'<script type="application/json" id="boot">(.*?)</script>', re.S)
 
 
 def get(server, path, headers=None, method="GET", body=None, host=None):
@@ -102,12 +107,15 @@ def test_curves_api_aligns_seeds_and_its_iqm_is_the_stats_iqm(ui_server, ui_arch
         per_seed.append(dict(zip(steps.tolist(), values.tolist(), strict=True)))  # last one wins
     # both seeds logged at the same steps: the grid is exactly those steps (the final step is
     # logged twice, by the loop and by `finish`; the later row counts)
-    assert c["x"] == sorted(per_seed[0])
-    for j in (0, len(c["x"]) // 2, -1):
-        values = [p[c["x"][j]] for p in per_seed]
-        assert c["seeds"]["0"][j] == pytest.approx(values[0], rel=1e-5)
+    assert c["step"] == sorted(per_seed[0]) and c["seeds"] == [0, 1]
+    for j in (0, len(c["step"]) // 2, -1):
+        values = [p[c["step"][j]] for p in per_seed]
+        assert c["values"][0][j] == pytest.approx(values[0], rel=1e-5)
         assert c["iqm"][j] == pytest.approx(stats.iqm(values), rel=1e-5)
         assert c["low"][j] <= c["iqm"][j] + 1e-9 <= c["high"][j] + 2e-9
+    # the alignment and band of `backflip.curves`, the one `backflip compare` draws
+    mine = run_metric_curves(home, [0, 1], ["rollout/ep_return_mean"], points=600, digits=6)
+    assert c == json.loads(json.dumps(mine["rollout/ep_return_mean"]))
 
 
 def test_progress_api(ui_server, ui_archive):
@@ -118,12 +126,33 @@ def test_progress_api(ui_server, ui_archive):
     assert a["iqm"] is not None and "IQM" in a["result"]
 
 
+def test_the_compare_page_shows_exactly_what_backflip_compare_reports(ui_server, ui_archive):
+    """One answer per question: the same runs give the same numbers, verdicts, fairness notes
+    and curves in the terminal (`backflip compare --json`) and in the browser."""
+    home, a, b = ui_archive["home"], ui_archive["a"], ui_archive["b"]
+    cli_report = json.loads(backflip(home, "compare", a, b, "--json", "--no-plot").stdout)
+    page = get(ui_server, f"/compare?ids={a},{b}")[1].decode()
+    shown = json.loads(BOOT.search(page).group(1))["compare"]
+    ui_only = {k: shown.pop(k) for k in ("metrics", "error")}
+    assert ui_only["error"] is None and ui_only["metrics"][0] == "return"
+    assert shown == cli_report
+    # what the verdict rests on, and the verdict itself, on the page
+    (pair,) = cli_report["pairs"]
+    assert pair["comparable"] and 0 <= pair["poi"] <= 1 and None not in pair["poi_ci"]
+    assert pair["welch"]["p"] is not None and pair["n_a"] == pair["n_b"] == 2
+    assert html.escape(pair["verdict"]) in page
+    for side in cli_report["sides"]:
+        assert html.escape(interval_of(side["summary"])) in page
+        assert side["curve"]["metric"] == "return" and len(side["curve"]["step"]) > 10
+
+
 def test_compare_page_and_journal_page(ui_server, ui_archive):
     resp, body = get(ui_server, f"/compare?ids={ui_archive['a']},{ui_archive['b']}")
     page = body.decode()
     assert resp.status == 200 and "P(" in page and "Welch p=" in page
     page = get(ui_server, f"/compare?ids={ui_archive['a']},{ui_archive['b']}&metric=nope")[1]
-    assert "not every run logged" in page.decode() and "<h2>eval/return_mean</h2>" in page.decode()
+    # the default curve is `backflip compare`'s: the training return
+    assert "not every run logged" in page.decode() and "<h2>return</h2>" in page.decode()
     resp, body = get(ui_server, "/journal")
     page = body.decode()
     assert resp.status == 200

@@ -94,19 +94,28 @@ function markerPlugin(steps) {
 
 function plotWidth(el) { return Math.max(260, Math.floor(el.clientWidth || 400)); }
 
+// A curve from backflip.curves: {step, iqm, low, high, n, no_interval, [values, seeds]}.
+// Few points (one, after a single metrics row) are drawn as dots: a line needs two.
+function fewPoints(c) { return c.step.length < 40; }
+
+// uPlot cannot size an axis from one value: give a single step some room on both sides.
+function xScale() {
+  return {time: false, range: (u, min, max) => min === max ? [min - 1, max + 1] : [min, max]};
+}
+
 // One metric of one run: a thin line per seed, the IQM bold, its interval shaded.
 function runChart(el, name, c, markers) {
-  const seeds = Object.keys(c.seeds);
+  const seeds = c.seeds.map(String);
   const series = [{label: "step", value: (u, v) => v === null ? "–" : int(v)}];
-  const data = [c.x];
+  const data = [c.step];
   seeds.forEach((s, i) => {
     series.push({label: `seed ${s}`, stroke: PALETTE[i % PALETTE.length], width: 1, spanGaps: true,
-      points: {show: c.x.length < 40}});
-    data.push(c.seeds[s]);
+      points: {show: fewPoints(c)}});
+    data.push(c.values[i]);
   });
   const bands = [];
   if (seeds.length > 1) {
-    series.push({label: "IQM", stroke: "#111", width: 2.2, spanGaps: true, points: {show: c.x.length < 40}});
+    series.push({label: "IQM", stroke: "#111", width: 2.2, spanGaps: true, points: {show: fewPoints(c)}});
     data.push(c.iqm);
     if (c.high.some(v => v !== null)) {
       series.push({label: "CI high", stroke: "rgba(0,0,0,0.25)", width: 0.5, spanGaps: true, points: {show: false}});
@@ -117,7 +126,7 @@ function runChart(el, name, c, markers) {
   }
   const opts = {
     width: plotWidth(el), height: 200,
-    scales: {x: {time: false}},
+    scales: {x: xScale()},
     series, bands,
     axes: [{values: (u, vals) => vals.map(shortNum), size: 30}, {values: (u, vals) => vals.map(shortNum), size: 46}],
     cursor: {drag: {x: true, y: false}},
@@ -151,37 +160,67 @@ function renderRunCurves(data) {
     return;
   }
   $("#plots-loading")?.remove();
-  let group = null, grid = null;
-  for (const name of data.names) {
-    const g = name.includes("/") ? name.split("/")[0] : "other";
-    if (charts[name]) {
-      charts[name].setData(rebuildData(charts[name], data.curves[name]));
-      continue;
-    }
-    if (g !== group) {
-      group = g;
-      grid = $(`.plot-group[data-group="${g}"] .grid`, box);
+  // the data layer decides the sections, their order and each chart's note (ui/data.py)
+  const notes = data.notes || {};
+  for (const group of data.groups || groupByPrefix(data.names)) {
+    let grid = $(`.plot-group[data-group="${CSS.escape(group.key)}"] .grid`, box);
+    for (const name of group.names) {
+      if (charts[name]) {
+        charts[name].setData(rebuildData(charts[name], data.curves[name]));
+        continue;
+      }
       if (!grid) {
         const sec = document.createElement("div");
-        sec.className = "plot-group"; sec.dataset.group = g;
-        sec.innerHTML = `<h3>${g}/</h3><div class="grid"></div>`;
+        sec.className = "plot-group"; sec.dataset.group = group.key;
+        const h = document.createElement("h3");
+        h.textContent = group.title;
+        grid = document.createElement("div");
+        grid.className = "grid";
+        sec.append(h, grid);
         box.appendChild(sec);
-        grid = $(".grid", sec);
       }
+      const card = document.createElement("div");
+      card.className = "plot"; card.id = slug(name);
+      const title = document.createElement("div");
+      title.className = "plot-title";
+      title.textContent = name;
+      if (notes[name]) {
+        const note = document.createElement("span");
+        note.className = "plot-note";
+        note.textContent = notes[name];
+        title.append(" ", note);
+      }
+      if (data.curves[name].no_interval) {
+        const note = document.createElement("span");
+        note.className = "muted no-interval";
+        note.textContent = ` (${data.curves[name].no_interval})`;
+        title.appendChild(note);
+      }
+      const body = document.createElement("div");
+      body.className = "plot-body";
+      card.append(title, body);
+      grid.appendChild(card);
+      charts[name] = runChart(body, name, data.curves[name], markers[name]);
+      charts[name]._curve = data.curves[name];
     }
-    const card = document.createElement("div");
-    card.className = "plot"; card.id = slug(name);
-    card.innerHTML = `<div class="plot-title">${name}</div><div class="plot-body"></div>`;
-    grid.appendChild(card);
-    charts[name] = runChart($(".plot-body", card), name, data.curves[name], markers[name]);
-    charts[name]._curve = data.curves[name];
   }
+}
+
+function groupByPrefix(names) {
+  // curves from a server without `groups`: one section per name prefix, in the given order
+  const out = [];
+  for (const name of names) {
+    const key = name.includes("/") ? name.split("/")[0] : "other";
+    if (!out.length || out[out.length - 1].key !== key) out.push({key, title: `${key}/`, names: []});
+    out[out.length - 1].names.push(name);
+  }
+  return out;
 }
 
 function rebuildData(u, c) {
   // same series layout as runChart: x, seeds..., [iqm, [high, low]]
-  const seeds = Object.keys(c.seeds);
-  const data = [c.x, ...seeds.map(s => c.seeds[s])];
+  const data = [c.step, ...c.values];
+  const seeds = c.seeds;
   if (u.series.length > seeds.length + 1) data.push(c.iqm);
   if (u.series.length > seeds.length + 2) data.push(c.high, c.low);
   if (data.length !== u.series.length) return u.data;  // a seed appeared: keep the old view
@@ -232,7 +271,13 @@ function indexPage() {
           ? `<span class="live-steps">${int(p.steps_done)}</span> <span class="muted">/ ${int(p.steps_total)} (${Math.round(100 * p.fraction)}%)</span>`
           : int(p.steps_total / Math.max(1, p.seeds.length));
         $(".duration", tr).textContent = duration(p.duration_s);
-        if (p.iqm !== null) $(".result", tr).innerHTML = `${fmt(p.iqm)} <span class="muted">[${fmt(p.ci[0])}, ${fmt(p.ci[1])}]</span>`;
+        if (p.iqm !== null) {
+          const ci = document.createElement("span");
+          ci.className = "muted"; ci.textContent = p.interval;
+          const cell = $(".result", tr);
+          cell.textContent = fmt(p.iqm) + " ";
+          cell.appendChild(ci);
+        }
       }
     } catch (e) { console.warn(e); }
   };
@@ -289,12 +334,13 @@ function comparePage() {
   if (!c || !el) return;
   $$(".swatch").forEach(s => s.style.background = PALETTE[Number(s.dataset.i) % PALETTE.length]);
   const tables = [], series = [{label: "step", value: (u, v) => v === null ? "–" : int(v)}], bands = [];
-  c.runs.forEach((r, i) => {
-    if (!r.curve) return;
+  c.sides.forEach((r, i) => {
+    if (!r.curve || !r.curve.step.length) return;
     const color = PALETTE[i % PALETTE.length];
-    tables.push([r.curve.x, r.curve.iqm, r.curve.high, r.curve.low]);
+    tables.push([r.curve.step, r.curve.iqm, r.curve.high, r.curve.low]);
     const base = series.length;
-    series.push({label: r.label, stroke: color, width: 2.2, spanGaps: true, points: {show: false}});
+    const label = r.label + (r.curve.no_interval ? ` (${r.curve.no_interval})` : "");
+    series.push({label, stroke: color, width: 2.2, spanGaps: true, points: {show: fewPoints(r.curve)}});
     series.push({label: r.label + " CI high", stroke: color + "55", width: 0.5, spanGaps: true, points: {show: false}});
     series.push({label: r.label + " CI low", stroke: color + "55", width: 0.5, spanGaps: true, points: {show: false}});
     bands.push({series: [base + 1, base + 2], fill: color + "22"});
@@ -302,7 +348,7 @@ function comparePage() {
   if (!tables.length) { el.innerHTML = '<p class="muted">No curves to show.</p>'; return; }
   const data = uPlot.join(tables);
   new uPlot({
-    width: plotWidth(el), height: 380, scales: {x: {time: false}}, series, bands,
+    width: plotWidth(el), height: 380, scales: {x: xScale()}, series, bands,
     axes: [{values: (u, vals) => vals.map(shortNum)}, {values: (u, vals) => vals.map(shortNum), size: 50}],
     cursor: {drag: {x: true, y: false}},
   }, data, el);

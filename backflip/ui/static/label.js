@@ -44,7 +44,7 @@ function show(s) {
   if (s.me.per_minute) parts.push(`your pace ${s.me.per_minute.toFixed(1)}/min`);
   if (s.eta_s !== null) parts.push(`ETA at your pace ${minutes(s.eta_s)}`);
   parts.push(s.val_acc === null ? "reward model: not validated yet" : `reward model val. accuracy ${(100 * s.val_acc).toFixed(0)}%`);
-  if (s.me.true_reward) parts.push(`you agree with the true reward on ${(100 * s.me.true_reward.rate).toFixed(0)}% (${s.me.true_reward.n})`);
+  if (s.me.true_reward) parts.push(`you agree with the true reward on ${(100 * s.me.true_reward.rate).toFixed(0)}% of the ${s.me.true_reward.n} pairs it tells apart`);
   $("counts").textContent = parts.join(" · ");
   const q = s.query;
   document.body.dataset.query = q ? q.id : "";
