@@ -365,7 +365,7 @@ class Pipeline:
         labeled = None
         if self.cfg.selection == "k-center":  # the pairs labeled so far (as of the last round)
             labeled = [
-                (self.pairs.segments[i][0], self.pairs.segments[j][0])
+                (self.pairs.segments[i][0].obs, self.pairs.segments[j][0].obs)
                 for i, j in zip(self.pairs.left, self.pairs.right, strict=True)
             ]
         with self.lock:
