@@ -127,7 +127,9 @@ def broken_run_dirs(home: Path, min_age_s: float = 60.0) -> list[Path]:
 
 
 def resolve_run(home: Path, ref: str) -> Path:
-    """A run directory from an id, a unique id prefix, `last`, or a path to a run directory."""
+    """A run directory from an id, a unique id prefix, `last`, or a path to a run directory.
+    Every command that names a run comes here: the archive's index is checked on the way."""
+    heal_index(home)
     p = Path(ref)
     if is_run_dir(p):
         return p
@@ -259,6 +261,19 @@ def run_lock(run_dir: Path):
         os.close(fd)
 
 
+def heal_index(home: Path) -> None:
+    """Rebuild or refresh `index.sqlite` if it is missing, unreadable or stale (`index.ensure`);
+    a repair that cannot be written (a read-only archive) is said, never fatal."""
+    import sqlite3
+
+    from backflip.runs import index
+
+    try:
+        index.ensure(home)
+    except (UserError, sqlite3.Error, OSError) as e:
+        notice(f"{home / 'index.sqlite'} is out of date and could not be repaired: {e}")
+
+
 def load_run(run_dir: Path) -> dict:
     """run.json with each seed's status.json merged in as `seeds` (a list of dicts), healed
     (`heal`): what a command shows is what the seeds justify."""
@@ -297,6 +312,7 @@ INTACT = ("finished", "failed", "interrupted", "running", "waiting")  # statuses
 
 
 def pid_alive(pid: int | None) -> bool:
+    """The process exists and is not a zombie (an orphan seed that ended waits to be reaped)."""
     if not pid:
         return False
     try:
@@ -305,7 +321,11 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _here(d: dict) -> bool:
