@@ -246,9 +246,14 @@ def write_record(run_dir: Path, record: dict) -> None:
 @contextlib.contextmanager
 def run_lock(run_dir: Path):
     """An exclusive lock on one run's record (read-modify-write of run.json by the launcher,
-    `resume` and the repairs of `heal`); no lock when the archive is read-only."""
+    `resume` and the repairs of `heal`), reentrant within a process; no lock when the archive
+    is read-only."""
     import fcntl
 
+    key = os.path.realpath(run_dir)
+    if key in _locked:  # already held by this process (a repair inside a repair)
+        yield
+        return
     try:
         fd = os.open(Path(run_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
@@ -256,9 +261,14 @@ def run_lock(run_dir: Path):
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        _locked.add(key)
         yield
     finally:
+        _locked.discard(key)
         os.close(fd)
+
+
+_locked: set[str] = set()
 
 
 def heal_index(home: Path) -> None:
@@ -400,10 +410,8 @@ def heal(run_dir: Path, record: dict) -> dict:
         return {**stored, "dir": str(run_dir), "seeds": seeds}
     if any(s.get("status") in ("running", "waiting", "pending") for s in seeds):
         return record  # a seed being resumed, or an old archive: leave it as recorded
-    expected = aggregate(dict(record), seeds)
-    if expected["status"] == record.get("status") and _same(
-        (expected.get("results") or {}).get("per_seed"),
-        (record.get("results") or {}).get("per_seed"),
+    if run_status([s.get("status") for s in seeds]) == record.get("status") and _same(
+        _per_seed(seeds), (record.get("results") or {}).get("per_seed")
     ):
         return record
     with run_lock(run_dir):
@@ -548,12 +556,13 @@ def aggregate(record: dict, seeds: list[dict]) -> dict:
     from backflip import stats
 
     record["status"] = run_status([s.get("status") for s in seeds])
-    intact = [s for s in seeds if s.get("status") in INTACT]
-    record["results"] = {
-        **stats.summarize([s.get("final_eval_return") for s in intact]),
-        "per_seed": {str(s["seed"]): s.get("final_eval_return") for s in intact},
-    }
+    per_seed = _per_seed(seeds)
+    record["results"] = {**stats.summarize(list(per_seed.values())), "per_seed": per_seed}
     return record
+
+
+def _per_seed(seeds: list[dict]) -> dict[str, float | None]:
+    return {str(s["seed"]): s.get("final_eval_return") for s in seeds if s.get("status") in INTACT}
 
 
 def waiting_seeds(record: dict) -> list[dict]:

@@ -61,6 +61,13 @@ def signature(run_dir: Path) -> str:
     return "/".join(parts)
 
 
+def _older(run_dir: Path, seconds: float = 60.0) -> bool:
+    try:
+        return time.time() - run_dir.stat().st_mtime > seconds
+    except OSError:
+        return False
+
+
 def _unreadable(e: sqlite3.Error) -> bool:
     """Not an SQLite database, or a corrupt one (not: locked, busy, permission denied)."""
     if isinstance(e, sqlite3.OperationalError):
@@ -95,10 +102,12 @@ def connect(home: Path, creating: str | None = None) -> sqlite3.Connection:
     created (the first run of a new archive is no news)."""
     path = home / "index.sqlite"
     if not path.exists():
-        if [d for d in run_dirs(home) if d.name != creating]:
-            rebuild(home, "index.sqlite was missing")
-        elif creating is not None:
-            rebuild(home)
+        others = [d for d in run_dirs(home) if d.name != creating]
+        if creating is None:
+            if others:
+                rebuild(home, "index.sqlite was missing")
+        else:  # news unless the other runs are launches of this minute (a new archive)
+            rebuild(home, "index.sqlite was missing" if any(map(_older, others)) else None)
     try:
         return _open(path)
     except sqlite3.Error as e:
@@ -239,7 +248,8 @@ def rebuild(home: Path, why: str | None = None) -> tuple[int, list[tuple[str, st
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     if why:
-        notice(f"{why}: rebuilt it from {n} run director{'y' if n == 1 else 'ies'}")
+        more = f" ({len(damaged)} damaged)" if damaged else ""
+        notice(f"{why}: rebuilt it from {n} run director{'y' if n == 1 else 'ies'}{more}")
     for _, problem in damaged:
         notice(problem)
     return n, damaged
