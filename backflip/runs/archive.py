@@ -354,22 +354,6 @@ def seed_alive(status: dict) -> bool:
     )
 
 
-def reconcile(record: dict) -> dict:
-    """A run still marked `running` whose launcher died on this host: running while one of its
-    seeds still trains, else finalized from its seeds (`heal`, given a run directory)."""
-    if not launcher_dead(record):
-        return record
-    if "dir" in record:
-        return load_run(Path(record["dir"]))
-    record["status"] = "failed"
-    record.setdefault(
-        "error",
-        "the launching process died without recording an outcome "
-        "(killed, or the machine went down)",
-    )
-    return record
-
-
 def heal(run_dir: Path, record: dict) -> dict:
     """Make a loaded run agree with its seeds, writing the repair to run.json:
 
@@ -392,7 +376,11 @@ def heal(run_dir: Path, record: dict) -> dict:
             stored = read_record(run_dir)
             if not launcher_dead(stored):  # resumed or finalized meanwhile
                 return load_run(run_dir)
-            seeds = [close_dead_seed(run_dir, s) for s in seed_statuses(run_dir, stored)]
+            try:
+                seeds = [close_dead_seed(run_dir, s) for s in seed_statuses(run_dir, stored)]
+            except OSError as e:  # a read-only archive: shown as it stands
+                notice(f"run {record['id']}: its launcher died; cannot finalize it here: {e}")
+                return record
             if any(seed_alive(s) for s in seeds):
                 return {**record, "seeds": seeds}
             ends = [_timestamp(s.get("ended")) for s in seeds]
@@ -402,14 +390,16 @@ def heal(run_dir: Path, record: dict) -> dict:
             stored["duration_s"] = (stored.get("duration_s") or 0.0) + max(0.0, end - start)
             stored["ended"] = datetime.fromtimestamp(end, UTC).isoformat(timespec="seconds")
             aggregate(stored, seeds)
-            write_record(run_dir, stored)
+            with contextlib.suppress(OSError):
+                write_record(run_dir, stored)
         notice(
             f"run {record['id']}: its launcher (pid {record.get('pid')}) died; finalized from "
             f"its seeds' statuses: {stored['status']}"
         )
         return {**stored, "dir": str(run_dir), "seeds": seeds}
-    if any(s.get("status") in ("running", "waiting", "pending") for s in seeds):
-        return record  # a seed being resumed, or an old archive: leave it as recorded
+    seeds = record["seeds"] = [_settled(s) for s in seeds]
+    if any(s.get("status") in ("running", "waiting") for s in seeds):
+        return record  # an old archive's leftovers: leave it as recorded
     if run_status([s.get("status") for s in seeds]) == record.get("status") and _same(
         _per_seed(seeds), (record.get("results") or {}).get("per_seed")
     ):
@@ -418,7 +408,7 @@ def heal(run_dir: Path, record: dict) -> dict:
         stored = read_record(run_dir)
         if stored.get("status") == "running":  # resumed meanwhile
             return load_run(run_dir)
-        seeds = seed_statuses(run_dir, stored)
+        seeds = [_settled(s) for s in seed_statuses(run_dir, stored)]
         aggregate(stored, seeds)
         try:
             write_record(run_dir, stored)
@@ -435,6 +425,17 @@ def heal(run_dir: Path, record: dict) -> dict:
         + f": {stored['status']}"
     )
     return {**stored, "dir": str(run_dir), "seeds": seeds}
+
+
+def _settled(status: dict) -> dict:
+    """A seed of a finalized run with no status.json: its status file was deleted."""
+    if status.get("status") != "pending":
+        return status
+    return {
+        **status,
+        "status": "missing",
+        "error": f"its seeds/{status['seed']}/status.json is gone",
+    }
 
 
 def _same(a, b) -> bool:

@@ -6,7 +6,7 @@ every command that reads the index first checks it (`ensure`) —
 
 - missing (while the archive holds runs) or unreadable (not a database, malformed): rebuilt from
   the run directories into a temporary file that then replaces it atomically (`rebuild`);
-- stale (a run directory it does not list, a row whose directory is gone, a run.json or seeds
+- stale (a run directory it does not list, a row whose directory is gone, a run.json or a seed
   folder changed since it was indexed — `signature`): the rows concerned are refreshed, one
   transaction each, safe beside concurrent writers;
 
@@ -48,10 +48,16 @@ CREATE TABLE IF NOT EXISTS damaged (id TEXT PRIMARY KEY, why TEXT, signature TEX
 
 
 def signature(run_dir: Path) -> str:
-    """What a run's row was built from: run.json's mtime and size and the seeds folder's mtime
-    (a seed folder added or deleted). When it changes, the row is stale."""
+    """What a run's row was built from: run.json's mtime and size and the mtimes of the seeds
+    folder and of each seed's folder (a seed folder or status.json added, replaced or deleted).
+    When it changes, the row is stale."""
     parts = []
-    for path in (run_dir / "run.json", run_dir / "seeds"):
+    seeds = run_dir / "seeds"
+    try:
+        folders = sorted(seeds.iterdir()) if seeds.is_dir() else []
+    except OSError:
+        folders = []
+    for path in (run_dir / "run.json", seeds, *folders):
         try:
             st = path.stat()
         except OSError:
