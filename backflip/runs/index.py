@@ -149,8 +149,9 @@ def _row(record: dict) -> dict:
     }
 
 
-def _write(con: sqlite3.Connection, home: Path, record: dict) -> None:
-    """A run's rows (inside the caller's transaction)."""
+def _write(con: sqlite3.Connection, home: Path, record: dict, sig: str | None = None) -> None:
+    """A run's rows (inside the caller's transaction). `sig`: the run directory's signature
+    taken before its record was read (default: now)."""
     row = _row(record)
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
@@ -170,7 +171,8 @@ def _write(con: sqlite3.Connection, home: Path, record: dict) -> None:
                 ),
             )
     con.execute(
-        "INSERT OR REPLACE INTO files VALUES (?, ?)", (record["id"], signature(home / record["id"]))
+        "INSERT OR REPLACE INTO files VALUES (?, ?)",
+        (record["id"], sig or signature(home / record["id"])),
     )
     con.execute("DELETE FROM damaged WHERE id = ?", (record["id"],))
 
@@ -231,15 +233,15 @@ def rebuild(home: Path, why: str | None = None) -> tuple[int, list[tuple[str, st
         try:
             con.execute("BEGIN")
             for name, d in _candidates(home).items():
+                sig = signature(d)  # before reading: a change while reading shows next time
                 record, problem = _read(d)
                 if record is None:
                     con.execute(
-                        "INSERT OR REPLACE INTO damaged VALUES (?, ?, ?)",
-                        (name, problem, signature(d)),
+                        "INSERT OR REPLACE INTO damaged VALUES (?, ?, ?)", (name, problem, sig)
                     )
                     damaged.append((name, problem))
                 else:
-                    _write(con, home, record)
+                    _write(con, home, record, sig)
                     n += 1
             con.execute("COMMIT")
         finally:
@@ -290,18 +292,16 @@ def ensure(home: Path) -> None:
         ]
         damaged = []
         for name in [*new, *changed]:
+            sig = signature(dirs[name])  # before reading: a change while reading shows next time
             record, problem = _read(dirs[name])
             if record is not None:
-                _transaction(con, lambda record=record: _write(con, home, record))
+                _transaction(con, lambda record=record, sig=sig: _write(con, home, record, sig))
                 continue
             damaged.append((name, problem))
 
-            def mark(name=name, problem=problem):
+            def mark(name=name, problem=problem, sig=sig):
                 _forget(con, name)
-                con.execute(
-                    "INSERT OR REPLACE INTO damaged VALUES (?, ?, ?)",
-                    (name, problem, signature(dirs[name])),
-                )
+                con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?, ?)", (name, problem, sig))
 
             _transaction(con, mark)
         if gone:
