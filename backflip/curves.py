@@ -25,7 +25,7 @@ import numpy as np
 
 from backflip import stats
 from backflip.returns import TRUE_RETURN, is_preference_run
-from backflip.runs.archive import read_json, seed_dir, seed_status
+from backflip.runs.archive import read_record, seed_dir, seed_status
 from backflip.telemetry import read_episodes, read_metrics
 
 RETURN = "return"
@@ -81,7 +81,7 @@ def run_seed_curves(run_dir: str | Path, seeds, metric: str = RETURN, window: in
     On a preference run the return is the task's (`prefs/true_return_mean`): its episodes.csv
     holds the learned reward's returns (`backflip.returns`)."""
     if metric == RETURN:
-        config = read_json(Path(run_dir) / "run.json").get("config")
+        config = read_record(Path(run_dir)).get("config")
         if is_preference_run(config):
             metric = TRUE_RETURN
     out = {}
@@ -229,7 +229,7 @@ def run_curve(
     dict plus `metric` and `seeds` (those that logged it)."""
     run_dir = Path(run_dir)
     if seeds is None:
-        seeds = read_json(run_dir / "run.json")["config"]["seeds"]
+        seeds = read_record(run_dir)["config"]["seeds"]
     per_seed = run_seed_curves(run_dir, seeds, metric, window)
     agg = aggregate_curves(list(per_seed.values()), points)
     return {**agg, "metric": metric, "seeds": list(per_seed)}

@@ -102,9 +102,14 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         "steps": 0,
     }
     checkpoint = None
+    before = {"wall_s": 0.0, "cpu_s": 0.0}  # a resumed seed's time so far: its totals go on
     if job.resume_from:
         checkpoint = torch.load(job.resume_from, map_location="cpu", weights_only=False)
-        status["resumed_from_step"] = int(checkpoint["step"])
+        status["resumed_from_step"] = status["steps"] = int(checkpoint["step"])
+        with contextlib.suppress(Exception):
+            previous = read_json(folder / "status.json")
+            before = {k: float(previous.get(k) or 0.0) for k in before}
+        status["wall_s_before"] = before["wall_s"]
         # rows after the checkpoint are redone
         truncate_logs(folder, int(checkpoint["step"]), checkpoint.get("rows_until"))
     write_json(folder / "status.json", status)
@@ -207,10 +212,11 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
                 status["final_eval_returns"] = run.result["eval_returns"]
         for key in detail_keys - {"steps"}:  # what the seed was waiting for is over
             status.pop(key, None)
-        status["wall_s"] = time.perf_counter() - t0
+        status["wall_s"] = before["wall_s"] + time.perf_counter() - t0
         # this process's CPU time (a forked seed starts from zero), for compute accounting
         t = os.times()
-        status["cpu_s"] = t.user + t.system
+        status["cpu_s"] = before["cpu_s"] + t.user + t.system
+        status.pop("wall_s_before", None)
         status["ended"] = now_iso()
         if status.get("traceback"):
             (folder / "traceback.txt").write_text(status["traceback"])
@@ -439,23 +445,23 @@ def mark_not_started(job: SeedJob) -> dict:
 
 
 def final_status(job: SeedJob, exitcode: int | None, why: str | None = None) -> dict:
-    """The seed's status.json, repaired when its process died without writing the outcome."""
-    path = seed_dir(Path(job.run_dir), job.seed) / "status.json"
-    try:
-        status = read_json(path)
-    except Exception:  # noqa: BLE001
-        status = {"seed": job.seed}
-    if status.get("status") in (None, "running", "waiting"):
-        if why:
-            status["error"] = why
-        elif exitcode is not None and exitcode < 0:
-            sig = signal.Signals(-exitcode).name
-            extra = " (often the kernel's out-of-memory killer)" if sig == "SIGKILL" else ""
-            status["error"] = f"the seed's process was killed by {sig}{extra}"
-        else:
-            status["error"] = f"the seed's process exited with code {exitcode} without a result"
-        status.update(status="failed", ended=now_iso())
-        write_json(path, status)
+    """The seed's status.json, repaired when its process died without writing the outcome
+    (`archive.close_dead_seed`: failed, with the steps its metrics show)."""
+    from backflip.runs.archive import close_dead_seed, seed_status
+
+    run_dir = Path(job.run_dir)
+    status = seed_status(run_dir, job.seed)
+    if status.get("status") in ("running", "waiting", "pending", "unknown", "missing"):
+        if not why:
+            if exitcode is not None and exitcode < 0:
+                sig = signal.Signals(-exitcode).name
+                extra = " (often the kernel's out-of-memory killer)" if sig == "SIGKILL" else ""
+                why = f"the seed's process was killed by {sig}{extra}"
+            else:
+                why = f"the seed's process exited with code {exitcode} without a result"
+        status = {**status, "seed": job.seed, "status": "running", "pid": None}
+        status["host"] = socket.gethostname()  # its process is gone: nothing to wait for
+        status = close_dead_seed(run_dir, status, why)
     return status
 
 

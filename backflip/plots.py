@@ -136,9 +136,9 @@ def _short(value) -> str:
 def run_figure(run_dir: str | Path, path: str | Path, metric: str = "return") -> Path:
     """One run: every seed's curve, and their IQM with a 95% band."""
     from backflip.curves import aggregate_curves, run_seed_curves
-    from backflip.runs.archive import read_json
+    from backflip.runs.archive import read_record
 
-    record = read_json(Path(run_dir) / "run.json")
+    record = read_record(Path(run_dir))
     per_seed = run_seed_curves(run_dir, record["config"]["seeds"], metric)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)

@@ -27,9 +27,10 @@ from backflip.runs.archive import (
     load_run,
     now_iso,
     pid_alive,
-    read_json,
+    read_record,
+    run_lock,
     seed_dir,
-    write_json,
+    write_record,
 )
 
 
@@ -69,6 +70,11 @@ def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | Non
         if st.get("status") == "finished":
             continue
         if st.get("status") == "running" and host_here and pid_alive(st.get("pid")):
+            if record.get("orphans"):
+                raise UserError(
+                    f"run {record['id']}: its launcher died, but seed {seed} still trains "
+                    f"(pid {st['pid']}); the run is finalized when its seeds end"
+                )
             raise UserError(f"seed {seed} of run {record['id']} is still running (pid {st['pid']})")
         found = last_checkpoint(seed_dir(run_dir, seed))
         if found is None:
@@ -132,24 +138,30 @@ def resume_run(
     notes = not_exact(record, plan)
     if on_plan is not None:
         on_plan(record, plan, notes)
-    stored = read_json(run_dir / "run.json")
-    previous_duration = stored.get("duration_s") or 0.0
-    stored.update(status="running", pid=os.getpid(), host=socket.gethostname())
-    entry = {"at": now_iso(), "from_step": {str(k): v for k, v in plan.items()}, "backend": backend}
-    if notes:
-        entry["not_exact"] = notes
-    stored.setdefault("resumes", []).append(entry)
-    write_json(run_dir / "run.json", stored)
+    with run_lock(run_dir):
+        stored = read_record(run_dir)
+        if stored.get("status") == "running" and stored.get("pid") != record.get("pid"):
+            raise UserError(f"run {record['id']} is being resumed by another process")
+        previous_duration = stored.get("duration_s") or 0.0
+        stored.update(status="running", pid=os.getpid(), host=socket.gethostname())
+        entry = {
+            "at": now_iso(),
+            "from_step": {str(k): v for k, v in plan.items()},
+            "backend": backend,
+        }
+        if notes:
+            entry["not_exact"] = notes
+        stored.setdefault("resumes", []).append(entry)
+        write_record(run_dir, stored)
     index.upsert(home, {**stored, "seeds": record["seeds"]})
     workers = max(1, workers or os.cpu_count() or 1)
     started = time.time()
     try:
         run_jobs(jobs, min(workers, len(jobs)), progress, backend=backend, address=address)
     finally:
-        final = finalize_run(home, run_dir, started)
-        stored = read_json(run_dir / "run.json")
-        stored["duration_s"] = previous_duration + stored["duration_s"]
-        write_json(run_dir / "run.json", stored)
-        final["duration_s"] = stored["duration_s"]
-        index.upsert(home, final)
+        final = finalize_run(home, run_dir, started, previous_duration)
+    # what the run's summary says is refreshed with it: the doctor reads the resumed seeds
+    from backflip.launch import diagnose_finished
+
+    final["findings"] = diagnose_finished(run_dir)
     return final

@@ -26,7 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from scipy import stats as sps
+
+
+def _sps():
+    """scipy.stats, imported when a statistic needs it (1-2 s; `backflip runs` never does)."""
+    from scipy import stats
+
+    return stats
+
 
 MIN_TRUSTWORTHY_SEEDS = 5
 REPS = 10_000  # bootstrap resamples: CI endpoints stable to ~1% of the score range
@@ -56,13 +63,13 @@ def iqm(x) -> float | np.ndarray:
     if x.size == 0:
         return float("nan")
     if x.ndim <= 2:
-        return float(sps.trim_mean(x.reshape(-1), 0.25))
-    return sps.trim_mean(_flat(x), 0.25, axis=-1)
+        return float(_sps().trim_mean(x.reshape(-1), 0.25))
+    return _sps().trim_mean(_flat(x), 0.25, axis=-1)
 
 
 def iqm_columns(x) -> np.ndarray:
     """IQM over the runs axis (-2) of (..., runs, columns): one value per column (curve step)."""
-    return sps.trim_mean(np.asarray(x, dtype=np.float64), 0.25, axis=-2)
+    return _sps().trim_mean(np.asarray(x, dtype=np.float64), 0.25, axis=-2)
 
 
 def mean(x) -> float | np.ndarray:
@@ -151,7 +158,7 @@ def summarize(values) -> dict:
 def _poi(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """P(X > Y) + 0.5 P(X = Y) per task, averaged over tasks; x (..., n_x, tasks), y (..., n_y,
     tasks). SciPy's U statistic for x counts the pairs where x wins (ties count one half)."""
-    u = sps.mannwhitneyu(x, y, axis=-2, method="asymptotic").statistic
+    u = _sps().mannwhitneyu(x, y, axis=-2, method="asymptotic").statistic
     return (u / (x.shape[-2] * y.shape[-2])).mean(-1)
 
 
@@ -181,7 +188,7 @@ def welch(x, y) -> dict:
     if x.std() == 0 and y.std() == 0:  # two constant samples: no variance to test against
         same = x[0] == y[0]
         return {"t": float("nan"), "p": 1.0 if same else 0.0, "diff": float(x[0] - y[0])}
-    res = sps.ttest_ind(x, y, equal_var=False)
+    res = _sps().ttest_ind(x, y, equal_var=False)
     ci = res.confidence_interval(LEVEL)
     return {
         "t": float(res.statistic),
@@ -198,7 +205,7 @@ def success_fraction(scores, threshold: float, level: float = LEVEL) -> dict:
     k, n = int((x >= threshold).sum()), int(x.size)
     if n == 0:
         return {"k": 0, "n": 0, "fraction": float("nan"), "ci": [float("nan"), float("nan")]}
-    ci = sps.binomtest(k, n).proportion_ci(level, method="wilson")
+    ci = _sps().binomtest(k, n).proportion_ci(level, method="wilson")
     return {"k": k, "n": n, "fraction": k / n, "ci": [float(ci.low), float(ci.high)]}
 
 

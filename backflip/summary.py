@@ -93,9 +93,13 @@ def status_text(st: dict) -> str:
 
 def run_state(record: dict) -> str:
     """A run's status for listings: 'running', or 'waiting: seed 0 needs 3 labels' while a
-    preference run's seeds wait for their person, else the recorded status."""
+    preference run's seeds wait for their person, or 'running (its launcher died; ...)' while
+    the seeds of a dead launcher train on, else the recorded status."""
     from backflip.runs.archive import waiting_seeds
 
+    if record.get("orphans"):
+        seeds = ", ".join(str(s) for s in record["orphans"])
+        return f"running (its launcher died; seed{'s' * (len(record['orphans']) > 1)} {seeds} train on)"
     waiting = waiting_seeds(record)
     if not waiting:
         return str(record.get("status"))
@@ -136,7 +140,7 @@ def run_summary(record: dict) -> str:
     if per_seed:
         lines.append("  per seed: " + ", ".join(f"{k}: {fmt(v)}" for k, v in per_seed.items()))
     for s in record.get("seeds", []):
-        if s.get("status") in ("failed", "interrupted") and s.get("error"):
+        if s.get("status") in ("failed", "interrupted", "missing", "unknown") and s.get("error"):
             lines.append(f"  seed {s['seed']} {s['status']}: {s['error']}")
     sps = [s.get("sps") for s in record.get("seeds", []) if s.get("sps")]
     if sps:

@@ -466,6 +466,27 @@ def truncate_logs(folder: str | Path, step: int, rows_until: int | None = None) 
         os.replace(tmp, path)
 
 
+def last_logged(folder: str | Path, tail_bytes: int = 1 << 16) -> tuple[int, float | None]:
+    """(step, wall time) of the last complete row of a seed's metrics.csv, read from its tail;
+    (0, None) when it has none (how far a seed that was killed got)."""
+    path = Path(folder) / "metrics.csv"
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return 0, None
+    for line in reversed(lines[1:] if len(lines) > 1 else lines):
+        rec = line.split(",")
+        if len(rec) == 4 and _step_of(rec) is not None:
+            try:
+                return int(rec[0]), float(rec[1])
+            except ValueError:
+                continue
+    return 0, None
+
+
 def _step_of(rec: list[str]) -> int | None:
     """The step of a complete row, or None for a truncated one (a crash mid-write)."""
     try:

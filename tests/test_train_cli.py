@@ -284,11 +284,11 @@ def test_four_concurrent_launches_leave_a_consistent_index(home):
     assert all(r["status"] == "finished" and r["final_mean"] is not None for r in rows)
     assert len({r["id"] for r in rows}) == 4
     # the index agrees with the run directories it caches
-    assert index.reindex(home) == 4
+    assert index.reindex(home) == (4, [])
     assert sorted(r["id"] for r in index.query(home)) == sorted(r["id"] for r in rows)
 
 
-def test_a_dead_launcher_is_reported_as_failed_not_running(home):
+def test_a_dead_launcher_is_finalized_from_its_seeds_not_left_running(home):
     from backflip.config import resolve
     from backflip.runs.archive import create_run
 
@@ -301,8 +301,11 @@ def test_a_dead_launcher_is_reported_as_failed_not_running(home):
     rec["pid"] = 2**22 + 12345
     (run_dir / "run.json").write_text(_json.dumps(rec))
     index.upsert(home, {**rec, "seeds": []})
-    assert load_run(run_dir)["status"] == "failed"
-    assert index.query(home)[0]["status"] == "failed"
+    # its seed never started: interrupted, and `backflip resume` starts it
+    assert load_run(run_dir)["status"] == "interrupted"
+    assert index.query(home)[0]["status"] == "interrupted"
+    seed = load_run(run_dir)["seeds"][0]
+    assert seed["status"] == "interrupted" and seed["error"] == "not started: its launcher died"
 
 
 @pytest.mark.skipif(not os.path.exists("/proc"), reason="needs /proc")

@@ -1,8 +1,12 @@
-"""backflip runs [--env E] [--algo A] [--status S] [--grep TEXT] [--json]"""
+"""backflip runs [--env E] [--algo A] [--status S] [--grep TEXT] [--json] [--reindex|--repair]"""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 from backflip.commands import add_home, print_json
+from backflip.errors import UserError
 
 
 def register(sub) -> None:
@@ -16,7 +20,15 @@ def register(sub) -> None:
     p.add_argument("--tag")
     p.add_argument("-n", "--limit", type=int, default=None, help="show at most this many")
     p.add_argument(
-        "--reindex", action="store_true", help="rebuild index.sqlite from the run directories"
+        "--reindex",
+        action="store_true",
+        help="rebuild index.sqlite from the run directories, naming every one it cannot read",
+    )
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="the same, saying what it repaired: runs whose launcher died are finalized from "
+        "their seeds, results recomputed from intact seeds, damaged run.json files restored",
     )
     p.add_argument("--json", action="store_true")
     add_home(p)
@@ -32,9 +44,11 @@ def run(args) -> int:
     from backflip.summary import duration, fmt, run_state
 
     home = home_dir(args.home)
-    if args.reindex:
-        n = index.reindex(home)
-        print(f"indexed {n} runs from {home}")
+    if args.reindex or args.repair:
+        n, damaged = index.reindex(home)
+        print(f"indexed {n} run{'s' * (n != 1)} from {home}")
+        for run_id, why in damaged:
+            print(f"not indexed: {run_id}: {why}")
     rows = index.query(
         home,
         env=args.env,
@@ -44,14 +58,18 @@ def run(args) -> int:
         tag=args.tag,
         limit=args.limit,
     )
-    for r in rows:  # a running preference run may be waiting for its person: say so
+    for r in rows:  # a running preference run may wait for its person, or orphans train on
         if r["status"] == "running" and (home / r["id"] / "run.json").exists():
-            r["status"] = run_state(load_run(home / r["id"]))
+            with contextlib.suppress(UserError):
+                r["status"] = run_state(load_run(home / r["id"]))
+    damaged = [] if args.reindex or args.repair else index.damaged(home)
     if args.json:
         for r in rows:
             r.pop("record", None)
         print_json(rows)
         return 0
+    for run_id, why in damaged:  # never dropped silently
+        print(f"damaged: {run_id}: {why}", file=sys.stderr)
     if not rows:
         print(
             f"no runs in {home}"

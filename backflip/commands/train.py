@@ -158,7 +158,7 @@ def execute(
     from backflip.envs import AtariProtocolWarning, check_supported
     from backflip.journal import expected_seconds, premortem
     from backflip.launch import launch_run
-    from backflip.runs.archive import read_json, write_json
+    from backflip.runs.archive import read_record, run_lock, write_record
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
@@ -179,9 +179,10 @@ def execute(
     def created(run_dir):
         what = f"{cfg.algo} on learned reward" if extra and "prefs" in extra else cfg.algo
         if answer is not None:  # before any seed starts, so finalize_run keeps it
-            record = read_json(run_dir / "run.json")
-            record["premortem"] = answer
-            write_json(run_dir / "run.json", record)
+            with run_lock(run_dir):
+                record = read_record(run_dir)
+                record["premortem"] = answer
+                write_record(run_dir, record)
         print(
             f"run {run_dir.name}: {what} on {cfg.env_id}, {len(cfg.seeds)} seed(s) × "
             f"{cfg.steps:,} steps → {run_dir}",

@@ -375,12 +375,12 @@ def _tb_label(folder: Path, root: Path) -> str:
 
 def _config_above(folder: Path) -> dict:
     """The run config of a seed directory inside a backflip run (runs/<id>/seeds/<seed>)."""
-    from backflip.runs.archive import read_json
+    from backflip.runs.archive import read_record
 
     for parent in (folder.parent.parent, folder.parent):
         if (parent / "run.json").exists():
             try:
-                return read_json(parent / "run.json").get("config", {})
+                return read_record(parent).get("config", {})
             except UserError:
                 return {}
     return {}

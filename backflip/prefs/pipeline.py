@@ -238,13 +238,13 @@ class PrefsConfig:
 def seed_files(run_dir: str | Path, seed: int) -> Path:
     """The seed folder of `run_dir` holding prefs.sqlite / reward_model.pt (same seed, else the
     run's first seed)."""
-    from backflip.runs.archive import read_json, seed_dir
+    from backflip.runs.archive import read_record, seed_dir
 
     run_dir = Path(run_dir)
     folder = seed_dir(run_dir, seed)
     if (folder / "prefs.sqlite").exists():
         return folder
-    seeds = read_json(run_dir / "run.json")["config"]["seeds"]
+    seeds = read_record(run_dir)["config"]["seeds"]
     return seed_dir(run_dir, seeds[0])
 
 

@@ -4,6 +4,7 @@
       index.sqlite
       <run id>/
         run.json                 id, argv, message, resolved config, status, results, provenance
+        run.json.bak             the last good copy of run.json (restored from if run.json breaks)
         code.patch               uncommitted changes of the repo the run was launched from
         backflip.patch           ... of backflip itself, when it is a separate checkout
         packages.txt             every installed package, pinned
@@ -18,14 +19,24 @@
 
 Every JSON file is written atomically (temp file + rename), so a crash never leaves half a file,
 and through `backflip.jsonout`, so it is strict JSON (null, never NaN).
+
+The run directories are the record; everything else follows them (docs/architecture.md, "What
+the archive guarantees"). `load_run` is where a run is healed, for every command that reads one:
+a damaged run.json is restored from run.json.bak (or the index row), a run whose launcher died is
+finalized from its seeds' own status.json files once no seed of it still trains, and a finalized
+run whose seeds changed since (a deleted seed folder) gets its status and results recomputed.
+Each repair is said once, on one line on stderr (`notice`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import secrets
 import socket
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +45,17 @@ from backflip import jsonout
 from backflip.errors import UserError
 
 STATUSES = ("running", "finished", "failed", "interrupted")
+RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
+BACKUP = "run.json.bak"
+
+_said: set[str] = set()
+
+
+def notice(message: str) -> None:
+    """One line on stderr, once per process: what the archive repaired on its own."""
+    if message not in _said:
+        _said.add(message)
+        print(f"note: {message}", file=sys.stderr, flush=True)
 
 
 def home_dir(home: str | Path | None = None, create: bool = False) -> Path:
@@ -78,16 +100,38 @@ def read_json(path: Path) -> dict:
         ) from None
 
 
+def is_run_dir(path: Path) -> bool:
+    """Holds a run record: run.json, or at least its backup (run.json is restored from it)."""
+    return (path / "run.json").exists() or (path / BACKUP).exists()
+
+
 def run_dirs(home: Path) -> list[Path]:
     if not home.is_dir():
         return []
-    return sorted(p for p in home.iterdir() if (p / "run.json").exists())
+    return sorted(p for p in home.iterdir() if is_run_dir(p))
+
+
+def broken_run_dirs(home: Path, min_age_s: float = 60.0) -> list[Path]:
+    """Directories named like a run that hold no record at all (a launcher that died while
+    creating the run, or a run.json deleted by hand); younger ones may be being created."""
+    if not home.is_dir():
+        return []
+    now = time.time()
+    out = []
+    for p in home.iterdir():
+        if RUN_ID.match(p.name) and p.is_dir() and not is_run_dir(p):
+            with contextlib.suppress(OSError):
+                if now - p.stat().st_mtime >= min_age_s:
+                    out.append(p)
+    return sorted(out)
 
 
 def resolve_run(home: Path, ref: str) -> Path:
-    """A run directory from an id, a unique id prefix, `last`, or a path to a run directory."""
+    """A run directory from an id, a unique id prefix, `last`, or a path to a run directory.
+    Every command that names a run comes here: the archive's index is checked on the way."""
+    heal_index(home)
     p = Path(ref)
-    if (p / "run.json").exists():
+    if is_run_dir(p):
         return p
     if not home.is_dir():
         raise UserError(f"no archive at {home} (set --home or BACKFLIP_HOME)")
@@ -96,7 +140,7 @@ def resolve_run(home: Path, ref: str) -> Path:
         if not dirs:
             raise UserError(f"no runs in {home}")
         return dirs[-1]
-    if (home / ref / "run.json").exists():
+    if is_run_dir(home / ref):
         return home / ref
     matches = [d for d in run_dirs(home) if d.name.startswith(ref) or d.name.endswith(ref)]
     if len(matches) == 1:
@@ -106,14 +150,148 @@ def resolve_run(home: Path, ref: str) -> Path:
     raise UserError(f"no run {ref!r} in {home} (see `backflip runs`)")
 
 
+class Damaged(Exception):
+    """A run record that cannot be parsed; the message says why."""
+
+
+def _parse_record(path: Path) -> dict:
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise Damaged("is missing") from None
+    except OSError as e:
+        raise Damaged(f"cannot be read ({e.strerror or e})") from None
+    try:
+        record = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        what = "is empty" if not text.strip() else "is truncated or not JSON"
+        raise Damaged(f"{what} ({e})") from None
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("id"), str)
+        and isinstance(record.get("config"), dict)
+        and isinstance(record["config"].get("seeds"), list)
+    ):
+        raise Damaged("is not a run record")
+    return record
+
+
+def _record_from_index(run_dir: Path) -> dict:
+    """The run's record as the index last stored it (without its provenance), read-only."""
+    import sqlite3
+
+    path = run_dir.parent / "index.sqlite"
+    if not path.exists():
+        raise Damaged("no index")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            row = con.execute("SELECT record FROM runs WHERE id = ?", (run_dir.name,)).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        raise Damaged(f"unreadable index: {e}") from None
+    if row is None:
+        raise Damaged("not in the index")
+    try:
+        record = json.loads(row[0])
+    except (TypeError, json.JSONDecodeError):
+        raise Damaged("unreadable index row") from None
+    for key in ("seeds", "dir", "findings"):
+        record.pop(key, None)
+    record["restored_from"] = "index.sqlite (provenance lost)"
+    return record
+
+
+def read_record(run_dir: Path) -> dict:
+    """A run's run.json. A damaged one (missing, truncated, not a record) is restored from the
+    last good copy: run.json.bak, else the index row; with no good copy, a UserError naming the
+    run and what is wrong."""
+    run_dir = Path(run_dir)
+    try:
+        return _parse_record(run_dir / "run.json")
+    except Damaged as e:
+        why = str(e)
+    for source, get in (
+        (BACKUP, lambda: _parse_record(run_dir / BACKUP)),
+        ("the index", lambda: _record_from_index(run_dir)),
+    ):
+        try:
+            record = get()
+        except Damaged:
+            continue
+        try:
+            with run_lock(run_dir):
+                write_json(run_dir / "run.json", record)
+                if source != BACKUP:
+                    write_json(run_dir / BACKUP, record)
+        except OSError:
+            notice(f"run {run_dir.name}: run.json {why}; read from {source} (could not write it)")
+        else:
+            notice(f"run {run_dir.name}: run.json {why}; restored it from {source}")
+        return record
+    raise UserError(
+        f"run {run_dir.name} is damaged: run.json {why} and no good copy is left "
+        f"({BACKUP}, index.sqlite); its seeds' files are untouched"
+    )
+
+
+def write_record(run_dir: Path, record: dict) -> None:
+    """run.json and its backup, each atomically (the backup is the last good copy)."""
+    record = {k: v for k, v in record.items() if k not in ("seeds", "dir", "findings")}
+    write_json(Path(run_dir) / "run.json", record)
+    write_json(Path(run_dir) / BACKUP, record)
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path):
+    """An exclusive lock on one run's record (read-modify-write of run.json by the launcher,
+    `resume` and the repairs of `heal`), reentrant within a process; no lock when the archive
+    is read-only."""
+    import fcntl
+
+    key = os.path.realpath(run_dir)
+    if key in _locked:  # already held by this process (a repair inside a repair)
+        yield
+        return
+    try:
+        fd = os.open(Path(run_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _locked.add(key)
+        yield
+    finally:
+        _locked.discard(key)
+        os.close(fd)
+
+
+_locked: set[str] = set()
+
+
+def heal_index(home: Path) -> None:
+    """Rebuild or refresh `index.sqlite` if it is missing, unreadable or stale (`index.ensure`);
+    a repair that cannot be written (a read-only archive) is said, never fatal."""
+    import sqlite3
+
+    from backflip.runs import index
+
+    try:
+        index.ensure(home)
+    except (UserError, sqlite3.Error, OSError) as e:
+        notice(f"{home / 'index.sqlite'} is out of date and could not be repaired: {e}")
+
+
 def load_run(run_dir: Path) -> dict:
-    """run.json with each seed's status.json merged in as `seeds` (a list of dicts)."""
-    record = read_json(run_dir / "run.json")
-    if not isinstance(record, dict) or "id" not in record:
-        raise UserError(f"corrupt archive file {run_dir / 'run.json'}: not a run record")
+    """run.json with each seed's status.json merged in as `seeds` (a list of dicts), healed
+    (`heal`): what a command shows is what the seeds justify."""
+    run_dir = Path(run_dir)
+    record = read_record(run_dir)
     record["dir"] = str(run_dir)
-    record["seeds"] = [seed_status(run_dir, s) for s in record.get("config", {}).get("seeds", [])]
-    return reconcile(record)
+    record["seeds"] = seed_statuses(run_dir, record)
+    return heal(run_dir, record)
 
 
 def seed_dir(run_dir: Path, seed: int) -> Path:
@@ -121,16 +299,30 @@ def seed_dir(run_dir: Path, seed: int) -> Path:
 
 
 def seed_status(run_dir: Path, seed: int) -> dict:
-    path = seed_dir(run_dir, seed) / "status.json"
+    folder = seed_dir(run_dir, seed)
+    path = folder / "status.json"
     if not path.exists():
+        if not folder.is_dir() and (run_dir / "seeds").is_dir():
+            return {"seed": seed, "status": "missing", "error": f"its folder seeds/{seed} is gone"}
         return {"seed": seed, "status": "pending"}
     try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, OSError):
+        status = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         return {"seed": seed, "status": "unknown", "error": f"unreadable {path}"}
+    if not isinstance(status, dict) or status.get("seed") != seed:
+        return {"seed": seed, "status": "unknown", "error": f"not a seed status: {path}"}
+    return status
+
+
+def seed_statuses(run_dir: Path, record: dict) -> list[dict]:
+    return [seed_status(run_dir, s) for s in record.get("config", {}).get("seeds", [])]
+
+
+INTACT = ("finished", "failed", "interrupted", "running", "waiting")  # statuses a seed wrote
 
 
 def pid_alive(pid: int | None) -> bool:
+    """The process exists and is not a zombie (an orphan seed that ended waits to be reaped)."""
     if not pid:
         return False
     try:
@@ -139,23 +331,158 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
-def reconcile(record: dict) -> dict:
-    """A run still marked `running` whose launcher died on this host is reported as `failed`."""
-    if (
-        record.get("status") == "running"
-        and record.get("host") == socket.gethostname()
-        and not pid_alive(record.get("pid"))
-    ):
-        record["status"] = "failed"
-        record.setdefault(
-            "error",
-            "the launching process died without recording an outcome "
-            "(killed, or the machine went down)",
+def _here(d: dict) -> bool:
+    return d.get("host") == socket.gethostname()
+
+
+def launcher_dead(record: dict) -> bool:
+    """A run marked `running` whose launching process is gone (checked on its own host only)."""
+    return record.get("status") == "running" and _here(record) and not pid_alive(record.get("pid"))
+
+
+def seed_alive(status: dict) -> bool:
+    """The seed's process still trains (an orphan when its launcher died)."""
+    return status.get("status") in ("running", "waiting") and (
+        not _here(status) or pid_alive(status.get("pid"))
+    )
+
+
+def heal(run_dir: Path, record: dict) -> dict:
+    """Make a loaded run agree with its seeds, writing the repair to run.json:
+
+    - its launcher died and no seed of it still trains: finalize it from the seeds' own
+      status.json files (a seed whose process died is `failed`, with the steps it logged; one
+      that never started is `interrupted`), so `resume` continues what is unfinished;
+    - its launcher died but seeds still train (orphans): shown as running, `orphans` lists them;
+    - a finalized run whose seeds disagree with its status or results (a seed folder deleted,
+      a status.json broken): status and results recomputed from the intact seeds.
+    """
+    seeds = record["seeds"]
+    if record.get("status") == "running":
+        if not launcher_dead(record):
+            return record
+        alive = [s["seed"] for s in seeds if seed_alive(s)]
+        if alive:
+            record["orphans"] = alive
+            return record
+        with run_lock(run_dir):
+            stored = read_record(run_dir)
+            if not launcher_dead(stored):  # resumed or finalized meanwhile
+                return load_run(run_dir)
+            try:
+                seeds = [close_dead_seed(run_dir, s) for s in seed_statuses(run_dir, stored)]
+            except OSError as e:  # a read-only archive: shown as it stands
+                notice(f"run {record['id']}: its launcher died; cannot finalize it here: {e}")
+                return record
+            if any(seed_alive(s) for s in seeds):
+                return {**record, "seeds": seeds}
+            ends = [_timestamp(s.get("ended")) for s in seeds]
+            end = max((t for t in ends if t), default=time.time())
+            resumes = stored.get("resumes") or []
+            start = _timestamp(resumes[-1]["at"] if resumes else stored.get("created")) or end
+            stored["duration_s"] = (stored.get("duration_s") or 0.0) + max(0.0, end - start)
+            stored["ended"] = datetime.fromtimestamp(end, UTC).isoformat(timespec="seconds")
+            aggregate(stored, seeds)
+            with contextlib.suppress(OSError):
+                write_record(run_dir, stored)
+        notice(
+            f"run {record['id']}: its launcher (pid {record.get('pid')}) died; finalized from "
+            f"its seeds' statuses: {stored['status']}"
         )
-    return record
+        return {**stored, "dir": str(run_dir), "seeds": seeds}
+    seeds = record["seeds"] = [_settled(s) for s in seeds]
+    if any(s.get("status") in ("running", "waiting") for s in seeds):
+        return record  # an old archive's leftovers: leave it as recorded
+    if run_status([s.get("status") for s in seeds]) == record.get("status") and _same(
+        _per_seed(seeds), (record.get("results") or {}).get("per_seed")
+    ):
+        return record
+    with run_lock(run_dir):
+        stored = read_record(run_dir)
+        if stored.get("status") == "running":  # resumed meanwhile
+            return load_run(run_dir)
+        seeds = [_settled(s) for s in seed_statuses(run_dir, stored)]
+        aggregate(stored, seeds)
+        try:
+            write_record(run_dir, stored)
+        except OSError:
+            pass  # a read-only archive: shown repaired, recorded as it was
+    why = "; ".join(
+        f"seed {s['seed']}: {s.get('error') or s['status']}"
+        for s in seeds
+        if s.get("status") not in INTACT
+    )
+    notice(
+        f"run {record['id']}: status and results recomputed from its seeds"
+        + (f" ({why})" if why else "")
+        + f": {stored['status']}"
+    )
+    return {**stored, "dir": str(run_dir), "seeds": seeds}
+
+
+def _settled(status: dict) -> dict:
+    """A seed of a finalized run with no status.json: its status file was deleted."""
+    if status.get("status") != "pending":
+        return status
+    return {
+        **status,
+        "status": "missing",
+        "error": f"its seeds/{status['seed']}/status.json is gone",
+    }
+
+
+def _same(a, b) -> bool:
+    return jsonout.dumps(a or {}) == jsonout.dumps(b or {})
+
+
+def _timestamp(text: str | None) -> float | None:
+    try:
+        return datetime.fromisoformat(text).timestamp() if text else None
+    except (TypeError, ValueError):
+        return None
+
+
+def close_dead_seed(run_dir: Path, status: dict, why: str | None = None) -> dict:
+    """The outcome of a seed whose process is gone without recording one, written to its
+    status.json: `failed` (with the steps and wall time its metrics.csv shows) for a seed that
+    was training, `interrupted` for one that never started. Any other status is returned as is.
+    """
+    from backflip.telemetry import last_logged
+
+    seed = status["seed"]
+    folder = seed_dir(run_dir, seed)
+    if status.get("status") == "pending":
+        folder.mkdir(parents=True, exist_ok=True)
+        status = {
+            "seed": seed,
+            "status": "interrupted",
+            "steps": 0,
+            "error": why or "not started: its launcher died",
+            "ended": now_iso(),
+        }
+    elif status.get("status") in ("running", "waiting") and not seed_alive(status):
+        status = dict(status)
+        step, wall = last_logged(folder)
+        status["steps"] = max(status.get("steps") or 0, step)
+        started = _timestamp(status.get("started"))
+        if wall is not None and started is not None:
+            status["wall_s"] = (status.get("wall_s_before") or 0.0) + max(0.0, wall - started)
+        status["error"] = why or (
+            "the seed's process died without recording an outcome "
+            "(killed with its launcher, or the machine went down)"
+        )
+        status.update(status="failed", ended=now_iso())
+    else:
+        return status
+    write_json(folder / "status.json", status)
+    return status
 
 
 # --- creating and closing runs ------------------------------------------------------------------
@@ -203,19 +530,40 @@ def create_run(
         "provenance": prov,
         **(extra or {}),
     }
-    write_json(run_dir / "run.json", record)
+    for seed in config["seeds"]:  # now: a folder that disappears later is a deleted seed
+        seed_dir(run_dir, seed).mkdir(parents=True, exist_ok=True)
+    write_record(run_dir, record)
     record["seeds"] = [{"seed": s, "status": "pending"} for s in config["seeds"]]
     index.upsert(home, record)
     return run_dir, record
 
 
 def run_status(seed_statuses: list[str]) -> str:
-    """failed if any seed failed, else interrupted if any was, else running if any still is
-    (or waits for its labeler), else finished."""
-    for status in ("failed", "interrupted", "running"):
-        if status in seed_statuses:
-            return status
-    return "running" if "waiting" in seed_statuses else "finished"
+    """failed if any seed failed (or its folder or status is gone), else interrupted if any was,
+    else running if any still is (or waits for its labeler, or has not started), else finished.
+    """
+    if any(s in ("failed", "missing", "unknown") for s in seed_statuses):
+        return "failed"
+    if "interrupted" in seed_statuses:
+        return "interrupted"
+    if any(s in ("running", "waiting", "pending") for s in seed_statuses):
+        return "running"
+    return "finished"
+
+
+def aggregate(record: dict, seeds: list[dict]) -> dict:
+    """Set the run's status and results from its seeds' statuses; only seeds whose folder and
+    status.json are intact count in the results."""
+    from backflip import stats
+
+    record["status"] = run_status([s.get("status") for s in seeds])
+    per_seed = _per_seed(seeds)
+    record["results"] = {**stats.summarize(list(per_seed.values())), "per_seed": per_seed}
+    return record
+
+
+def _per_seed(seeds: list[dict]) -> dict[str, float | None]:
+    return {str(s["seed"]): s.get("final_eval_return") for s in seeds if s.get("status") in INTACT}
 
 
 def waiting_seeds(record: dict) -> list[dict]:
@@ -225,22 +573,18 @@ def waiting_seeds(record: dict) -> list[dict]:
     return [s for s in record.get("seeds", []) if s.get("status") == "waiting"]
 
 
-def finalize_run(home: Path, run_dir: Path, started: float) -> dict:
-    """Aggregate the seeds' outcomes into run.json and the index."""
-    from backflip import stats
+def finalize_run(home: Path, run_dir: Path, started: float, previous_s: float = 0.0) -> dict:
+    """Aggregate the seeds' outcomes into run.json and the index. `previous_s`: the run's
+    duration before this launch (a resumed run's time adds up)."""
     from backflip.runs import index
 
-    record = read_json(run_dir / "run.json")
-    seeds = [seed_status(run_dir, s) for s in record["config"]["seeds"]]
-    record["status"] = run_status([s.get("status") for s in seeds])
-    record["ended"] = now_iso()
-    record["duration_s"] = time.time() - started
-    finals = [s.get("final_eval_return") for s in seeds]
-    record["results"] = {
-        **stats.summarize(finals),
-        "per_seed": {str(s["seed"]): s.get("final_eval_return") for s in seeds},
-    }
-    write_json(run_dir / "run.json", record)
+    with run_lock(run_dir):
+        record = read_record(run_dir)
+        seeds = seed_statuses(run_dir, record)
+        aggregate(record, seeds)
+        record["ended"] = now_iso()
+        record["duration_s"] = previous_s + time.time() - started
+        write_record(run_dir, record)
     record["seeds"] = seeds
     index.upsert(home, record)
     record["dir"] = str(run_dir)

@@ -1,18 +1,31 @@
 """`index.sqlite`: a queryable cache of every run.json under the archive root.
 
 Safe with several `backflip train` processes at once: WAL journaling, a generous busy timeout, and
-one short transaction per write. The index can always be rebuilt from the run directories
-(`backflip runs --reindex`), so it never holds anything the archive doesn't.
+one short transaction per write. The run directories are the record and the index follows them:
+every command that reads the index first checks it (`ensure`) —
+
+- missing (while the archive holds runs) or unreadable (not a database, malformed): rebuilt from
+  the run directories into a temporary file that then replaces it atomically (`rebuild`);
+- stale (a run directory it does not list, a row whose directory is gone, a run.json or a seed
+  folder changed since it was indexed — `signature`): the rows concerned are refreshed, one
+  transaction each, safe beside concurrent writers;
+
+and says once, on stderr, that it did. Run directories that cannot be read are kept in the
+`damaged` table with the reason, so `backflip runs` names them instead of dropping them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import sqlite3
 import time
 from pathlib import Path
 
 from backflip import jsonout
-from backflip.runs.archive import load_run, reconcile, run_dirs
+from backflip.errors import UserError
+from backflip.runs.archive import BACKUP, broken_run_dirs, load_run, notice, run_dirs
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -29,22 +42,85 @@ CREATE TABLE IF NOT EXISTS seeds (
     run_id TEXT, seed INTEGER, status TEXT, final_eval_return REAL, steps INTEGER,
     sps REAL, wall_s REAL, PRIMARY KEY (run_id, seed)
 );
+CREATE TABLE IF NOT EXISTS files (id TEXT PRIMARY KEY, signature TEXT);
+CREATE TABLE IF NOT EXISTS damaged (id TEXT PRIMARY KEY, why TEXT, signature TEXT);
 """
 
 
-def connect(home: Path) -> sqlite3.Connection:
-    con = sqlite3.connect(home / "index.sqlite", timeout=60, isolation_level=None)
-    con.row_factory = sqlite3.Row
-    for attempt in range(20):
+def signature(run_dir: Path) -> str:
+    """What a run's row was built from: run.json's mtime and size and the mtimes of the seeds
+    folder and of each seed's folder (a seed folder or status.json added, replaced or deleted).
+    When it changes, the row is stale."""
+    parts = []
+    seeds = run_dir / "seeds"
+    try:
+        folders = sorted(seeds.iterdir()) if seeds.is_dir() else []
+    except OSError:
+        folders = []
+    for path in (run_dir / "run.json", seeds, *folders):
         try:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(SCHEMA)
-            break
-        except sqlite3.OperationalError as e:  # another process is creating the schema
-            if "locked" not in str(e) or attempt == 19:
-                raise
-            time.sleep(0.1 * (attempt + 1))
+            st = path.stat()
+        except OSError:
+            parts.append("-")
+            continue
+        parts.append(f"{st.st_mtime_ns}:{st.st_size if path.name == 'run.json' else 0}")
+    return "/".join(parts)
+
+
+def _older(run_dir: Path, seconds: float = 60.0) -> bool:
+    try:
+        return time.time() - run_dir.stat().st_mtime > seconds
+    except OSError:
+        return False
+
+
+def _unreadable(e: sqlite3.Error) -> bool:
+    """Not an SQLite database, or a corrupt one (not: locked, busy, permission denied)."""
+    if isinstance(e, sqlite3.OperationalError):
+        return "malformed" in str(e) or "not a database" in str(e)
+    return isinstance(e, sqlite3.DatabaseError)
+
+
+def _open(path: Path, wal: bool = True) -> sqlite3.Connection:
+    con = sqlite3.connect(path, timeout=60, isolation_level=None)
+    con.row_factory = sqlite3.Row
+    try:
+        for attempt in range(20):
+            try:
+                if wal:
+                    con.execute("PRAGMA journal_mode=WAL")
+                con.executescript(SCHEMA)
+                con.execute("SELECT count(*) FROM runs").fetchone()
+                break
+            except sqlite3.OperationalError as e:  # another process is creating the schema
+                if "locked" not in str(e) or attempt == 19:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
+    except BaseException:
+        con.close()
+        raise
     return con
+
+
+def connect(home: Path, creating: str | None = None) -> sqlite3.Connection:
+    """A connection to the archive's index. A missing index (when the archive holds runs) or an
+    unreadable one is rebuilt from the run directories first. `creating`: the id of a run being
+    created (the first run of a new archive is no news)."""
+    path = home / "index.sqlite"
+    if not path.exists():
+        others = [d for d in run_dirs(home) if d.name != creating]
+        if creating is None:
+            if others:
+                rebuild(home, "index.sqlite was missing")
+        else:  # news unless the other runs are launches of this minute (a new archive)
+            rebuild(home, "index.sqlite was missing" if any(map(_older, others)) else None)
+    try:
+        return _open(path)
+    except sqlite3.Error as e:
+        if not _unreadable(e):
+            raise
+        rebuild(home, f"index.sqlite was unreadable ({e})")
+        return _open(path)
 
 
 def _row(record: dict) -> dict:
@@ -73,32 +149,183 @@ def _row(record: dict) -> dict:
     }
 
 
-def upsert(home: Path, record: dict) -> None:
+def _write(con: sqlite3.Connection, home: Path, record: dict, sig: str | None = None) -> None:
+    """A run's rows (inside the caller's transaction). `sig`: the run directory's signature
+    taken before its record was read (default: now)."""
     row = _row(record)
     cols = ", ".join(row)
     marks = ", ".join(f":{k}" for k in row)
-    con = connect(home)
+    con.execute(f"INSERT OR REPLACE INTO runs ({cols}) VALUES ({marks})", row)
+    for s in record.get("seeds", []):
+        if isinstance(s, dict) and "seed" in s:
+            con.execute(
+                "INSERT OR REPLACE INTO seeds VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record["id"],
+                    s["seed"],
+                    s.get("status"),
+                    s.get("final_eval_return"),
+                    s.get("steps"),
+                    s.get("sps"),
+                    s.get("wall_s"),
+                ),
+            )
+    con.execute(
+        "INSERT OR REPLACE INTO files VALUES (?, ?)",
+        (record["id"], sig or signature(home / record["id"])),
+    )
+    con.execute("DELETE FROM damaged WHERE id = ?", (record["id"],))
+
+
+def _forget(con: sqlite3.Connection, run_id: str) -> None:
+    for table, col in (("runs", "id"), ("seeds", "run_id"), ("files", "id"), ("damaged", "id")):
+        con.execute(f"DELETE FROM {table} WHERE {col} = ?", (run_id,))
+
+
+def _transaction(con: sqlite3.Connection, work) -> None:
+    con.execute("BEGIN IMMEDIATE")
     try:
-        con.execute("BEGIN IMMEDIATE")
-        con.execute(f"INSERT OR REPLACE INTO runs ({cols}) VALUES ({marks})", row)
-        for s in record.get("seeds", []):
-            if isinstance(s, dict) and "seed" in s:
-                con.execute(
-                    "INSERT OR REPLACE INTO seeds VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        record["id"],
-                        s["seed"],
-                        s.get("status"),
-                        s.get("final_eval_return"),
-                        s.get("steps"),
-                        s.get("sps"),
-                        s.get("wall_s"),
-                    ),
-                )
+        work()
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+def upsert(home: Path, record: dict) -> None:
+    con = connect(home, creating=record["id"])
+    try:
+        _transaction(con, lambda: _write(con, home, record))
+    finally:
+        con.close()
+
+
+def _read(run_dir: Path) -> tuple[dict | None, str | None]:
+    """(the run's healed record, None), or (None, why it cannot be read)."""
+    if not ((run_dir / "run.json").exists() or (run_dir / BACKUP).exists()):
+        return None, (
+            f"run {run_dir.name} is damaged: no run.json (its launcher died while creating it, "
+            "or it was deleted)"
+        )
+    try:
+        record = load_run(run_dir)
+    except UserError as e:
+        return None, str(e)
+    except Exception as e:  # noqa: BLE001 — a damaged run is named with its reason, never fatal
+        return None, f"run {run_dir.name} cannot be read: {type(e).__name__}: {e}"
+    if record["id"] != run_dir.name:
+        return None, f"run {run_dir.name} is damaged: its run.json is run {record['id']}'s"
+    return record, None
+
+
+def _candidates(home: Path) -> dict[str, Path]:
+    return {d.name: d for d in sorted({*run_dirs(home), *broken_run_dirs(home)})}
+
+
+def rebuild(home: Path, why: str | None = None) -> tuple[int, list[tuple[str, str]]]:
+    """Build a new index from the run directories into a temporary file and move it into place
+    (atomic: readers see the old index or the new one); (runs indexed, [(run, why damaged)])."""
+    path = home / "index.sqlite"
+    tmp = home / f".index.sqlite.{os.getpid()}.{secrets.token_hex(3)}.tmp"
+    n, damaged = 0, []
+    try:
+        con = _open(tmp, wal=False)
+        try:
+            con.execute("BEGIN")
+            for name, d in _candidates(home).items():
+                sig = signature(d)  # before reading: a change while reading shows next time
+                record, problem = _read(d)
+                if record is None:
+                    con.execute(
+                        "INSERT OR REPLACE INTO damaged VALUES (?, ?, ?)", (name, problem, sig)
+                    )
+                    damaged.append((name, problem))
+                else:
+                    _write(con, home, record, sig)
+                    n += 1
+            con.execute("COMMIT")
+        finally:
+            con.close()
+        for suffix in ("-wal", "-shm", "-journal"):  # the old file's: never replayed on the new
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        os.replace(tmp, path)
+    except (OSError, sqlite3.Error) as e:
+        raise UserError(f"cannot rebuild {path}: {e}") from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    if why:
+        more = f" ({len(damaged)} damaged)" if damaged else ""
+        notice(f"{why}: rebuilt it from {n} run director{'y' if n == 1 else 'ies'}{more}")
+    for _, problem in damaged:
+        notice(problem)
+    return n, damaged
+
+
+def ensure(home: Path) -> None:
+    """Make the index agree with the run directories (module docstring); quiet when it does."""
+    if not home.is_dir():
+        return
+    if not (home / "index.sqlite").exists():
+        if run_dirs(home):
+            rebuild(home, "index.sqlite was missing")
+        return
+    con = connect(home)
+    try:
+        try:
+            indexed = dict(con.execute("SELECT id, signature FROM files").fetchall())
+            listed = {r[0] for r in con.execute("SELECT id FROM runs")}
+            broken = dict(con.execute("SELECT id, signature FROM damaged").fetchall())
+        except sqlite3.Error as e:
+            if not _unreadable(e):
+                raise
+            con.close()
+            rebuild(home, f"index.sqlite was unreadable ({e})")
+            return
+        dirs = _candidates(home)
+        known = {**indexed, **broken}
+        gone = sorted((listed | known.keys()) - dirs.keys())
+        new = [name for name in dirs if name not in listed and name not in broken]
+        changed = [
+            name for name, d in dirs.items() if name not in new and signature(d) != known.get(name)
+        ]
+        damaged = []
+        for name in [*new, *changed]:
+            sig = signature(dirs[name])  # before reading: a change while reading shows next time
+            record, problem = _read(dirs[name])
+            if record is not None:
+                _transaction(con, lambda record=record, sig=sig: _write(con, home, record, sig))
+                continue
+            damaged.append((name, problem))
+
+            def mark(name=name, problem=problem, sig=sig):
+                _forget(con, name)
+                con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?, ?)", (name, problem, sig))
+
+            _transaction(con, mark)
+        if gone:
+            _transaction(con, lambda: [_forget(con, name) for name in gone])
+    finally:
+        con.close()
+    missing = [name for name in new if name not in dict(damaged)]
+    if missing or gone:
+        parts = [f"{len(missing)} run(s) missing from it"] if missing else []
+        parts += [f"{len(gone)} run(s) no longer in the archive"] if gone else []
+        notice(
+            f"index.sqlite was stale ({', '.join(parts)}): refreshed it from the run directories"
+        )
+    for _, problem in damaged:
+        notice(problem)
+
+
+def damaged(home: Path) -> list[tuple[str, str]]:
+    """[(run directory, why it cannot be read)] of the archive, as `ensure` last found them."""
+    if not (home / "index.sqlite").exists():
+        return []
+    con = connect(home)
+    try:
+        return [(r[0], r[1]) for r in con.execute("SELECT id, why FROM damaged ORDER BY id")]
     finally:
         con.close()
 
@@ -112,6 +339,7 @@ def query(
     tag: str | None = None,
     limit: int | None = None,
 ) -> list[dict]:
+    ensure(home)
     if not (home / "index.sqlite").exists():
         return []
     where, args = [], []
@@ -126,6 +354,7 @@ def query(
         where.append("(message LIKE ? OR id LIKE ? OR env LIKE ? OR algo LIKE ? OR tags LIKE ?)")
         args += [f"%{grep}%"] * 5
     sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+    sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY created DESC, id DESC"
     if limit:
         sql += f" LIMIT {int(limit)}"
@@ -134,30 +363,38 @@ def query(
         rows = [dict(r) for r in con.execute(sql, args)]
     finally:
         con.close()
-    for r in rows:  # a dead launcher leaves `running` behind; report it as failed
+    for r in rows:  # a dead launcher leaves `running` behind: the run follows its seeds
         if r["status"] == "running":
-            r["status"] = reconcile({"status": "running", "pid": r["pid"], "host": r["host"]})[
-                "status"
-            ]
+            r.update(_heal_row(home, r) or {})
     if status:
         rows = [r for r in rows if r["status"] == status]
     return rows
 
 
-def reindex(home: Path) -> int:
-    """Rebuild the index from the run directories; returns the number of runs indexed."""
-    n = 0
-    for d in run_dirs(home):
-        try:
-            upsert(home, load_run(d))
-            n += 1
-        except Exception:  # noqa: BLE001 — a corrupt run is skipped here; `show` reports it
-            continue
-    return n
+def _heal_row(home: Path, row: dict) -> dict | None:
+    """The row of a run marked running whose launcher died, as `load_run` (which finalizes it
+    from its seeds once none still trains) sees it now."""
+    from backflip.runs.archive import launcher_dead
+
+    if not launcher_dead(row):
+        return None
+    record, _ = _read(home / row["id"])
+    if record is None or record.get("status") == "running":
+        return None
+    with contextlib.suppress(sqlite3.Error, UserError):
+        upsert(home, record)
+    return _row(record)
+
+
+def reindex(home: Path) -> tuple[int, list[tuple[str, str]]]:
+    """Rebuild the index from the run directories: (runs indexed, [(run, why it could not be
+    read)])."""
+    return rebuild(home)
 
 
 def used_seeds(home: Path, env: str) -> dict[int, list[str]]:
     """{seed: [run ids]} of every archived run on `env`, any algorithm (fresh-seed checks)."""
+    ensure(home)
     if not (home / "index.sqlite").exists():
         return {}
     con = connect(home)

@@ -168,11 +168,9 @@ def create_app(
         raise UserError("the UI needs Flask: pip install 'backflip[ui]'") from None
     from backflip import jsonout
     from backflip.runs import index
-    from backflip.runs.archive import run_dirs
 
     home = Path(home)
-    if run_dirs(home) and not (home / "index.sqlite").exists():
-        index.reindex(home)
+    index.ensure(home)
     links = ServerLinks()
 
     class JSONOut(DefaultJSONProvider):

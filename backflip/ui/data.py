@@ -24,7 +24,7 @@ from backflip.returns import (
     is_preference_run,
     training_return,
 )
-from backflip.runs.archive import load_run, read_json, seed_dir, seed_status
+from backflip.runs.archive import load_run, read_record, seed_dir, seed_status
 
 MAX_POINTS = 600  # steps per metric sent to the run page; longer runs are sampled on a grid
 GROUP_ORDER = ("eval", "rollout", "train", "env", "time", "sys")
@@ -384,7 +384,7 @@ def run_curves(run_dir: Path, names: list[str] | None = None) -> dict:
     the page's sections in order ({key, title, names}); `notes` adds to a chart's title what the
     metric name does not say (on a preference run: which reward a return is in).
     """
-    record = read_json(run_dir / "run.json")
+    record = read_record(run_dir)
     seeds = record["config"]["seeds"]
     preference = is_preference_run(record["config"])
     all_names = curves.metric_names(run_dir, seeds)

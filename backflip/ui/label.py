@@ -35,7 +35,7 @@ from backflip import jsonout
 from backflip.prefs import frames as frames_mod
 from backflip.prefs.db import CHOICES, PreferenceDB
 from backflip.prefs.people import person_summary
-from backflip.runs.archive import pid_alive, read_json, run_dirs, seed_dir, seed_status
+from backflip.runs.archive import pid_alive, read_record, run_dirs, seed_dir, seed_status
 from backflip.summary import status_text
 from backflip.ui.data import last_metrics_row
 
@@ -56,7 +56,7 @@ class SeedLabeling:
         self.segment_length = int(meta.get("segment_length", 1))
         self.target = int(meta.get("labels_target", 0))
         self.task = meta.get("task", "")
-        self.steps_total = int(read_json(run_dir / "run.json")["config"]["steps"])
+        self.steps_total = int(read_record(run_dir)["config"]["steps"])
         self.clips: dict[int, bytes] = {}
         self.shown: dict[tuple[str, int], float] = {}  # (person, query) -> first shown
         self.viewing: dict[int, tuple[str, float]] = {}  # query -> (person, when)
@@ -187,7 +187,7 @@ def preference_seeds(home: Path) -> list[dict]:
     rows = []
     for run_dir in reversed(run_dirs(home)):
         try:
-            config = read_json(run_dir / "run.json").get("config", {})
+            config = read_record(run_dir).get("config", {})
         except Exception:  # noqa: BLE001 — a corrupt run.json is shown by the UI elsewhere
             continue
         if "prefs" not in config:
