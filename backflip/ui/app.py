@@ -248,6 +248,7 @@ def create_app(
             "status": detail["record"]["status"],
             "curves_url": f"/api/runs/{run_id}/curves",
             "progress_url": f"/api/runs/{run_id}/progress",
+            "findings_url": f"/api/runs/{run_id}/findings",
         }
         return page("run.html", nav="runs", d=detail, boot=boot)
 

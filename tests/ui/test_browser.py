@@ -6,6 +6,7 @@ with the reason when the browser or Playwright is missing; CI installs both.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -242,6 +243,46 @@ def test_live_run_step_count_advances_without_reload(page, ui_server, ui_archive
         wait_until(lambda: cell_steps() > before)
         assert page.evaluate("window.__sameDocument") == 43
         shot(page, "index-live")
+    finally:
+        kill_tree(proc)
+
+
+def test_live_run_page_shows_a_new_seeds_curves_and_the_final_findings(page, ui_server, ui_archive):
+    # two seeds one after the other: the page is opened while only seed 0 trains
+    home = ui_archive["home"]
+    args = ["--seeds", "2", "--workers", "1", "--steps", "6000", "--set", "epochs=1"]
+    args += ["--set", "env.reward_scale=1000", "--no-progress"]  # a fault the doctor names
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=cli_env(home),
+        cwd=ROOT,
+    )
+    try:
+        run_id = proc.stdout.readline().split()[1].rstrip(":")
+        page.goto(f"{ui_server.base}/runs/{run_id}")
+        page.evaluate("window.__sameDocument = 7")
+        assert page.locator('[data-seed-steps="1"]').inner_text() == "0"  # not started yet
+        assert "doctor has not examined" in page.locator("#findings").inner_text()
+        legend = page.locator("#m-rollout-ep_return_mean .u-legend")
+
+        def legend_text():
+            return legend.inner_text() if legend.count() else ""
+
+        wait_until(lambda: "seed 0" in legend_text())
+        wait_until(lambda: "seed 1" in legend_text(), timeout=180)  # drawn again with seed 1
+        assert "IQM" in legend_text()
+        wait_until(lambda: page.locator("#run-status").inner_text() == "finished", timeout=180)
+        findings = page.locator("#findings .finding")
+        wait_until(lambda: findings.count() > 0, timeout=90)  # the doctor's, after the run
+        assert page.evaluate("window.__sameDocument") == 7  # all in place, never reloaded
+        expected = json.loads((home / run_id / "findings.json").read_text())["findings"]
+        text = page.locator("#findings").inner_text()
+        assert all(f["rule"] in text for f in expected)
+        assert proc.wait(timeout=60) == 0
+        shot(page, "live-run-finished", full_page=True)
     finally:
         kill_tree(proc)
 

@@ -165,8 +165,17 @@ function renderRunCurves(data) {
   for (const group of data.groups || groupByPrefix(data.names)) {
     let grid = $(`.plot-group[data-group="${CSS.escape(group.key)}"] .grid`, box);
     for (const name of group.names) {
-      if (charts[name]) {
-        charts[name].setData(rebuildData(charts[name], data.curves[name]));
+      const old = charts[name];
+      if (old && layoutKey(old._curve) === layoutKey(data.curves[name])) {
+        old.setData(rebuildData(old, data.curves[name]));
+        old._curve = data.curves[name];
+        continue;
+      }
+      if (old) {  // a seed appeared, or the interval did: draw the chart again with its series
+        const body = old.root.parentElement;
+        old.destroy();
+        charts[name] = runChart(body, name, data.curves[name], markers[name]);
+        charts[name]._curve = data.curves[name];
         continue;
       }
       if (!grid) {
@@ -217,14 +226,46 @@ function groupByPrefix(names) {
   return out;
 }
 
+// The series runChart draws for a curve: its seeds, and whether an IQM and an interval go with them.
+function layoutKey(c) {
+  return `${c.seeds.join(",")}|${c.seeds.length > 1 && c.high.some(v => v !== null)}`;
+}
+
 function rebuildData(u, c) {
-  // same series layout as runChart: x, seeds..., [iqm, [high, low]]
+  // same series layout as runChart (layoutKey equal): x, seeds..., [iqm, [high, low]]
   const data = [c.step, ...c.values];
-  const seeds = c.seeds;
-  if (u.series.length > seeds.length + 1) data.push(c.iqm);
-  if (u.series.length > seeds.length + 2) data.push(c.high, c.low);
-  if (data.length !== u.series.length) return u.data;  // a seed appeared: keep the old view
+  if (u.series.length > c.seeds.length + 1) data.push(c.iqm);
+  if (u.series.length > c.seeds.length + 2) data.push(c.high, c.low);
   return data;
+}
+
+// Sections of this page drawn again from the server's own rendering (the template stays the one
+// owner of their markup): the doctor's findings once the run has ended.
+async function refreshSections(ids) {
+  const r = await fetch(location.pathname, {credentials: "same-origin", cache: "no-store"});
+  if (!r.ok) throw new Error(`${location.pathname}: HTTP ${r.status}`);
+  const fresh = new DOMParser().parseFromString(await r.text(), "text/html");
+  for (const id of ids) {
+    const now = document.getElementById(id), next = fresh.getElementById(id);
+    if (now && next) now.replaceChildren(...next.childNodes);
+  }
+}
+
+// After the run ends the doctor examines it: wait for its findings, then show them and mark
+// their steps on the charts.
+async function showFinalFindings() {
+  for (let i = 0; i < 40; i++) {
+    let f = null;
+    try { f = await getJSON(BOOT.findings_url); } catch (e) { console.warn(e); }
+    if (f !== null) {
+      await refreshSections(["findings"]);
+      wireFindings();
+      const markers = findingMarkers();
+      for (const [name, u] of Object.entries(charts)) { u._markers = markers[name] || []; u.redraw(false); }
+      return;
+    }
+    await new Promise(done => setTimeout(done, 1500));
+  }
 }
 
 function wireFindings() {
@@ -324,6 +365,7 @@ async function runPage() {
     if (done) {
       if (p.result) $("#run-result").textContent = p.result;
       clearInterval(timer);
+      showFinalFindings();
     }
   }, POLL_MS);
 }
