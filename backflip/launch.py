@@ -18,6 +18,7 @@ second signal.
 from __future__ import annotations
 
 import contextlib
+import errno
 import multiprocessing as mp
 import os
 import signal
@@ -186,9 +187,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     except NonFiniteError as e:
         status.update(status="failed", error=str(e), traceback=traceback.format_exc())
     except BaseException as e:  # noqa: BLE001 — any crash is recorded, never lost
-        status.update(
-            status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
-        )
+        status.update(status="failed", error=failure_text(e, run), traceback=traceback.format_exc())
     finally:
         if handle_signals:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -216,6 +215,28 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         write_json(folder / "status.json", status)
         send("done", job.seed, status)
     return status
+
+
+# torch's words when a distribution gets NaN or infinite parameters (the policy's output)
+TORCH_NONFINITE = ("probability tensor contains", "expected parameter", "found invalid values")
+
+
+def failure_text(e: BaseException, run) -> str:
+    """The error a failed seed records: no space left on device (a full disk), a non-finite
+    policy output named as such (torch says only that a tensor holds NaN), or the exception."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return f"no space left on device{f' ({e.filename})' if e.filename else ''}"
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, ValueError | RuntimeError) and any(
+        w in str(e).lower() for w in TORCH_NONFINITE
+    ):
+        step = getattr(run, "step", None)
+        at = f" after env step {step:,}" if isinstance(step, int) else ""
+        return (
+            f"non-finite policy output{at}: the network's parameters or inputs became NaN or "
+            f"infinite (an update blew up: lower the learning rate, clip gradients) — {text}"
+        )
+    return text
 
 
 def _child(job: SeedJob, conn) -> None:
@@ -484,12 +505,15 @@ def launch_runs(
     is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
     every stored config (`prefs` for a preference-learning run), or, as a list, to each config
     its own (preference runs with different pipeline settings in one pool)."""
+    from backflip.config import check_tags
     from backflip.runs.archive import create_run, finalize_run
 
     workers = max(1, workers or os.cpu_count() or 1)
     n = len(cfgs)
     messages = messages or [""] * n
     tags = tags or [[] for _ in range(n)]
+    for tag in tags:  # before any run exists
+        check_tags(tag)
     labels = labels or [""] * n
     extras = extra if isinstance(extra, list) else [extra or {}] * n
     run_dirs, jobs = [], []

@@ -119,12 +119,13 @@ def query(
         if val:
             where.append(f"{col} = ?")
             args.append(val)
-    if tag:
-        where.append("(',' || tags || ',') LIKE ?")
-        args.append(f"%,{tag},%")
-    if grep:
-        where.append("(message LIKE ? OR id LIKE ? OR env LIKE ? OR algo LIKE ? OR tags LIKE ?)")
-        args += [f"%{grep}%"] * 5
+    if tag:  # exact: a tag with % or _ is not a pattern
+        where.append("instr(',' || tags || ',', ?) > 0")
+        args.append(f",{tag},")
+    if grep:  # literal text, any case: % and _ match themselves
+        cols = ("message", "id", "env", "algo", "tags")
+        where.append("(" + " OR ".join(f"instr(lower({c}), ?) > 0" for c in cols) + ")")
+        args += [grep.lower()] * len(cols)
     sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY created DESC, id DESC"
     if limit:
