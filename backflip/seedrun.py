@@ -15,6 +15,7 @@ final checkpoint. Nothing in here calls back into the algorithm.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import random
@@ -32,6 +33,15 @@ from backflip.errors import NonFiniteError
 from backflip.telemetry import Telemetry
 
 EVAL_SEED_OFFSET = 500  # evaluation env copies never share seeds with training copies
+
+
+def disk_full(folder: Path, below: int = 1 << 16) -> bool:
+    """Whether the filesystem of `folder` has less than `below` bytes left for this user."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < below
 
 
 def seed_everything(seed: int) -> None:
@@ -313,8 +323,15 @@ class SeedRun:
             },
         }
         tmp = path.with_suffix(".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        try:
+            torch.save(payload, tmp)
+            os.replace(tmp, path)
+        except RuntimeError as e:  # torch's zip writer hides ENOSPC ("unexpected pos 64 vs 0")
+            if disk_full(folder):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from e
+            raise
+        finally:  # a full disk leaves no partial checkpoint behind
+            tmp.unlink(missing_ok=True)
         self.result["checkpoint"] = str(path)
         return path
 

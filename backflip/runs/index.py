@@ -97,7 +97,10 @@ def upsert(home: Path, record: dict) -> None:
                 )
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        try:
+            con.execute("ROLLBACK")
+        except sqlite3.Error:  # the failed statement ended the transaction (a full disk)
+            pass
         raise
     finally:
         con.close()
@@ -130,11 +133,14 @@ def query(
     sql += " ORDER BY created DESC, id DESC"
     if limit:
         sql += f" LIMIT {int(limit)}"
-    con = connect(home)
     try:
-        rows = [dict(r) for r in con.execute(sql, args)]
-    finally:
-        con.close()
+        con = connect(home)
+        try:
+            rows = [dict(r) for r in con.execute(sql, args)]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:  # e.g. a full disk: WAL can't open; read the run folders
+        rows = _scan(home, env, algo, grep, tag, limit)
     for r in rows:  # a dead launcher leaves `running` behind; report it as failed
         if r["status"] == "running":
             r["status"] = reconcile({"status": "running", "pid": r["pid"], "host": r["host"]})[
@@ -143,6 +149,26 @@ def query(
     if status:
         rows = [r for r in rows if r["status"] == status]
     return rows
+
+
+def _scan(home, env, algo, grep, tag, limit) -> list[dict]:
+    """What `query` selects, read from the run directories instead of the index."""
+    rows = []
+    for d in run_dirs(home):
+        try:
+            row = _row(load_run(d))
+        except Exception:  # noqa: BLE001 — an unreadable run is left out, as the index does
+            continue
+        text = " ".join(str(row[c] or "") for c in ("message", "id", "env", "algo", "tags"))
+        if (
+            (not env or row["env"] == env)
+            and (not algo or row["algo"] == algo)
+            and (not tag or f",{tag}," in f",{row['tags']},")
+            and (not grep or grep.lower() in text.lower())
+        ):
+            rows.append(row)
+    rows.sort(key=lambda r: (r["created"] or "", r["id"]), reverse=True)
+    return rows[:limit] if limit else rows
 
 
 def reindex(home: Path) -> int:
