@@ -57,6 +57,8 @@ def _show_setting_warnings() -> None:
     from backflip.config import SettingWarning
 
     default = warnings.showwarning
+    if getattr(default, "backflip", False):  # installed already (main called in-process)
+        return
 
     def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, SettingWarning):
@@ -64,6 +66,7 @@ def _show_setting_warnings() -> None:
         else:
             default(message, category, filename, lineno, file, line)
 
+    show.backflip = True
     warnings.showwarning = show
 
 

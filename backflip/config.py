@@ -133,6 +133,7 @@ class SettingWarning(UserWarning):
 
 
 MAX_INT = 10**12  # no count, size or step number backflip accepts is larger (SQLite: < 2**63)
+MAX_ROLLOUT = 10_000_000  # samples in one on-policy rollout (num_envs × num_steps)
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,8 @@ class Domain:
     special: tuple = ()
     choices: tuple[str, ...] = ()
     min_len: int = 0
-    max_len: int = 16
-    item_max: int = 65_536
+    max_len: int = 8
+    item_max: int = 4096
     sizes: bool = False
     usual_max: float | None = None
 
@@ -347,6 +348,11 @@ def check_cross(hp, algo: str) -> None:
     if getattr(hp, "buffer_size", math.inf) < getattr(hp, "batch_size", 0):
         raise UserError(f"{algo}: buffer_size must be >= batch_size ({hp.batch_size:,})")
     rollout = getattr(hp, "num_envs", 0) * getattr(hp, "num_steps", 0)
+    if rollout > MAX_ROLLOUT:
+        raise UserError(
+            f"{algo}: a rollout of num_envs × num_steps = {rollout:,} samples is more than "
+            f"{MAX_ROLLOUT:,}"
+        )
     for key in ("minibatch_size", "vf_minibatch"):
         if rollout and getattr(hp, key, 0) > rollout:
             raise UserError(
@@ -656,7 +662,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 — yaml and toml raise many types; all mean "bad file"
-        raise UserError(f"cannot parse config file {path}: {e}") from None
+        detail = " ".join(str(e).split())  # YAML's messages span lines: one line here
+        raise UserError(f"cannot parse config file {path}: {detail}") from None
     data = data or {}
     if not isinstance(data, dict):
         raise UserError(f"config file {path} must hold a mapping of key: value")
