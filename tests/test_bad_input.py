@@ -237,3 +237,141 @@ def test_a_sample_of_accepted_settings_trains(stub_launch, cli, home, data):
         status = json.loads(seed.read_text())
         # an accepted setting may still blow up (non-finite values), but says so
         assert status["status"] == "finished" or "non-finite" in status["error"], status
+
+
+# --- the examples of issue 26, one by one ---------------------------------------------------------
+
+
+def refused(args: list[str], *words: str) -> str:
+    """Run in-process (launch stubbed): refused with one line naming `words`, no run folder."""
+    outcome, _ = check(args)
+    assert outcome == 2, args
+    with tempfile.TemporaryDirectory() as tmp:
+        stderr = run_cli(args, Path(tmp) / "archive")[2]
+    for w in words:
+        assert w in stderr, stderr
+    return stderr
+
+
+def accepted(args: list[str]):
+    outcome, cfg = check(args)
+    assert outcome == "accepted", args
+    return cfg
+
+
+PPO = ["train", "ppo", "--env", "CartPole-v1", "--seeds", "1"]
+
+
+def assert_one_line_refusal(proc, *words):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: "), proc.stderr
+    for w in words:
+        assert w in proc.stderr, proc.stderr
+
+
+def test_huge_steps_are_refused_before_a_run_folder_exists(cli, home):
+    proc = cli(*PPO, "--steps", "1e19", "--no-ask", check=False)
+    assert_one_line_refusal(proc, "--steps", "1e19")
+    assert not run_folders(home)
+
+
+def test_a_binary_config_file_is_not_text(cli, home, tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_bytes(bytes(range(256)))
+    proc = cli(*PPO, "--config", f, "--no-ask", check=False)
+    assert_one_line_refusal(proc, "is not text")
+    assert not run_folders(home)
+
+
+@pytest.mark.parametrize(
+    ("seed_list", "words"),
+    [("-1", "--seed-list"), ("1,,2", "--seed-list"), ("1,1", "seed 1 is listed twice"),
+     ("2147483648", "seeds must be whole numbers in [0, 2147483647]")],
+)  # fmt: skip
+def test_bad_seed_lists(stub_launch, seed_list, words):
+    refused(["train", "ppo", "--env", "CartPole-v1", f"--seed-list={seed_list}"], words)
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        ("vf_coef=-1", "vf_coef must be >= 0, got -1"),
+        ("hidden=0", "hidden sizes must be in [1, 4,096], got 0"),
+        ("hidden=-64,64", "hidden sizes must be in"),
+        ("lr=inf", "lr must be a finite number > 0, got inf"),
+        ("ent_coef=nan", "ent_coef must be a finite number >= 0, got nan"),
+        ("clip=inf", "clip must be a finite number >= 0"),
+        ("minibatch_size=100000", "minibatch_size (100,000) is larger than the rollout"),
+        ("hidden=64,,64", "empty item"),
+        ("env.nan_reward_at=-2", "env.nan_reward_at must be -1 or >= 0"),
+        ("gamma=1.5", "gamma must be in (0, 1]"),
+    ],
+)
+def test_values_that_parse_but_make_no_sense_are_refused_by_name(stub_launch, setting, words):
+    refused([*PPO, "--set", setting], words)
+
+
+def test_an_unusual_value_is_accepted_with_a_warning(stub_launch):
+    with tempfile.TemporaryDirectory() as tmp:
+        outcome, cfg, stderr = run_cli([*PPO, "--set", "lr=5"], Path(tmp) / "a")
+    assert outcome == "accepted" and cfg.hp.lr == 5
+    assert "warning: lr=5 is unusually large" in stderr
+
+
+def test_an_integer_box_action_space_is_refused(stub_launch):
+    refused(
+        ["train", "sac", "--env", "tests.fault_envs:IntegerBoxActions-v0", "--seeds", "1"],
+        "Box action space of dtype int64",
+    )
+
+
+def test_tags_with_a_comma_are_refused_and_percent_or_underscore_filter_exactly(stub_launch):
+    refused([*PPO, "--tag", "a,b"], "must not contain ','")
+    refused([*PPO, "--tag", ""], "must not be empty")
+    assert accepted([*PPO, "--tag", "50%"])
+    from backflip.runs import index
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        for i, tags in enumerate([["50%"], ["x50%y"], ["a_b"], ["axb", "other"]]):
+            index.upsert(home, {"id": f"r{i}", "created": f"2026-01-0{i + 1}", "tags": tags})
+        ids = {t: [r["id"] for r in index.query(home, tag=t)] for t in ("50%", "a_b", "other")}
+        assert ids == {"50%": ["r0"], "a_b": ["r2"], "other": ["r3"]}
+        assert [r["id"] for r in index.query(home, grep="50%")] == ["r1", "r0"]
+
+
+@pytest.mark.parametrize("algo", list(ALGOS))
+def test_list_keys_prints_what_set_accepts(algo, capsys):
+    """Every line of --list-keys, given back as --set, resolves to the same config."""
+    env = ENVS[algo]
+    assert backflip_cli.main(["train", algo, "--env", env, "--list-keys"]) == 0
+    lines = [line.split()[0] for line in capsys.readouterr().out.splitlines() if "=" in line]
+    assert any(line.startswith("hidden=") for line in lines)
+    from backflip.config import parse_sets, resolve
+
+    base = resolve(algo, env, [0], None)
+    again = resolve(algo, env, [0], None, set_values=parse_sets(lines))
+    assert again == base
+
+
+def test_list_keys_syntax_and_the_python_syntax_both_parse(stub_launch):
+    for text in ("(32,32)", "(32, 32)", "[32, 32]", "32,32", "(32,32,)"):
+        assert accepted([*PPO, "--set", f"hidden={text}"]).hp.hidden == (32, 32), text
+    assert accepted(["train", "cem", "--env", "CartPole-v1", "--set", "hidden=()"]).hp.hidden == ()
+
+
+@pytest.mark.slow
+def test_a_nan_observation_stops_the_seed_naming_it(cli, home):
+    proc = cli(
+        "train", "ppo", "--env", "tests.fault_envs:NaNObservationAfter-v0", "--seeds", "1",
+        "--steps", "2048", "--no-progress", "--no-ask", check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    (run,) = run_folders(home)
+    status = json.loads((run / "seeds" / "0" / "status.json").read_text())
+    assert status["status"] == "failed"
+    assert status["error"].startswith("non-finite observation from the environment after env step")
+    assert "observation[1] = nan" in status["error"] and "probability tensor" not in status["error"]
+    findings = json.loads((run / "findings.json").read_text())["findings"]
+    assert any(f["rule"] == "nonfinite" and "observation" in f["message"] for f in findings)
