@@ -101,3 +101,24 @@ def test_bare_keys_do_not_collide_between_algorithm_and_run_options():
     run_keys = {f.name for f in dataclasses.fields(RunOptions)}
     for a in ALGOS:
         assert not run_keys & {f.name for f in dataclasses.fields(get_algo(a).config)}, a
+
+
+def test_every_setting_has_a_domain():
+    """config.DOMAINS holds one for every number, word and size list of every algorithm and
+    section (booleans need none; device is checked by RunOptions)."""
+    import dataclasses
+    import typing
+
+    from backflip.algos import ALGOS, get_algo
+    from backflip.config import SECTIONS, UNBOUNDED, RunOptions, domain_of
+
+    for algo in ALGOS:
+        classes = [("", get_algo(algo).config), ("", RunOptions)]
+        classes += [(f"{name}.", cls) for name, cls in SECTIONS.items()]
+        for prefix, cls in classes:
+            hints = typing.get_type_hints(cls)
+            for f in dataclasses.fields(cls):
+                key = prefix + f.name
+                if hints[f.name] is bool or key in UNBOUNDED:
+                    continue
+                assert domain_of(key, algo) is not None, f"{algo}: {key} has no domain"
