@@ -353,12 +353,13 @@ def check_cross(hp, algo: str) -> None:
             f"{algo}: a rollout of num_envs × num_steps = {rollout:,} samples is more than "
             f"{MAX_ROLLOUT:,}"
         )
-    for key in ("minibatch_size", "vf_minibatch"):
-        if rollout and getattr(hp, key, 0) > rollout:
-            raise UserError(
-                f"{algo}: {key} ({getattr(hp, key):,}) is larger than the rollout "
-                f"(num_envs × num_steps = {rollout:,}); lower it or collect more per rollout"
-            )
+    # PPO splits each rollout into minibatches (VPG's vf_minibatch may exceed the rollout: its
+    # value steps then use all of it, as its Pendulum preset does)
+    if rollout and getattr(hp, "minibatch_size", 0) > rollout:
+        raise UserError(
+            f"{algo}: minibatch_size ({hp.minibatch_size:,}) is larger than the rollout "
+            f"(num_envs × num_steps = {rollout:,}); lower it or collect more per rollout"
+        )
 
 
 def parse_steps(text) -> int:
@@ -579,10 +580,12 @@ class TrainConfig:
             seeds=list(d["seeds"]),
             steps=int(d["steps"]),
             preset=d.get("preset"),
-            hp=_build(spec.config, d.get("hp", {}), "", d["algo"]),
-            run=_build(RunOptions, d.get("run", {}), ""),
-            env=_build(EnvOptions, d.get("env", {}), "env."),
-            doctor=_build(DoctorOptions, d.get("doctor", {}), "doctor."),
+            # an archived config (run.json, a checkpoint) was checked when it was made: read it
+            # as it is, even if a domain has narrowed since
+            hp=_build(spec.config, d.get("hp", {}), "", d["algo"], check=False),
+            run=_build(RunOptions, d.get("run", {}), "", check=False),
+            env=_build(EnvOptions, d.get("env", {}), "env.", check=False),
+            doctor=_build(DoctorOptions, d.get("doctor", {}), "doctor.", check=False),
         )
 
     def flat(self) -> dict[str, Any]:
@@ -595,9 +598,9 @@ class TrainConfig:
         return out
 
 
-def _build(cls, values: dict, prefix: str, algo: str | None = None):
-    """`cls(**values)`, each value parsed to its field's type and checked against its domain;
-    `algo` names the algorithm when `cls` is its hyperparameters."""
+def _build(cls, values: dict, prefix: str, algo: str | None = None, check: bool = True):
+    """`cls(**values)`, each value parsed to its field's type and (with `check`) checked
+    against its domain; `algo` names the algorithm when `cls` is its hyperparameters."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -605,12 +608,13 @@ def _build(cls, values: dict, prefix: str, algo: str | None = None):
         if not isinstance(k, str) or k not in names:
             raise UserError(f"unknown key {prefix}{k}{did_you_mean(str(k), names)}")
         kwargs[k] = parse_value(v, hints[k], prefix + k)
-    check_domains(kwargs, prefix, algo)
+    if check:
+        check_domains(kwargs, prefix, algo)
     try:
         obj = cls(**kwargs)
     except TypeError as e:  # a missing required field
         raise UserError(f"{cls.__name__}: {e}") from None
-    if algo:
+    if algo and check:
         check_cross(obj, algo)
     return obj
 

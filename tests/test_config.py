@@ -122,3 +122,14 @@ def test_every_setting_has_a_domain():
                 if hints[f.name] is bool or key in UNBOUNDED:
                     continue
                 assert domain_of(key, algo) is not None, f"{algo}: {key} has no domain"
+
+
+def test_every_preset_and_ablation_is_inside_the_domains():
+    from backflip.algos import ALGOS, get_algo
+
+    for algo in ALGOS:
+        spec = get_algo(algo)
+        for env in spec.presets:
+            resolve(algo, env, [0], None)
+        for off in getattr(spec.module, "ABLATIONS", {}).values():
+            resolve(algo, "CartPole-v1", [0], None, set_values=dict(off))

@@ -74,14 +74,22 @@ def is_enospc(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno == errno.ENOSPC
 
 
-def write_json(path: Path, data, reserve: int = 0) -> None:
+def write_json(path: Path, data, reserve: int | None = None) -> None:
     """Atomically (temp file + rename), through `backflip.jsonout` (non-finite floats are
-    written as null). `reserve`: pad the file with spaces to this many bytes.
+    written as null). `reserve`: pad the file with spaces to this many bytes; by default a
+    run.json or status.json keeps the size it has (its spare bytes stay for the outcome).
 
     On a full disk (ENOSPC) the temp file is removed and, if the new text fits in the bytes
     the file already has, it is rewritten in place (no new blocks needed; not atomic, but the
     alternative is losing the outcome); otherwise the OSError is raised."""
     text = jsonout.dumps(data, indent=2).encode()
+    if reserve is None:
+        reserve = 0
+        if path.name in ("run.json", "status.json"):
+            try:
+                reserve = path.stat().st_size
+            except OSError:
+                pass
     padded = text + b" " * (reserve - len(text)) if len(text) < reserve else text
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
