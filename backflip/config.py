@@ -141,7 +141,8 @@ class Domain:
     """What one setting accepts beyond its type: every number is finite; `low`/`high` bound it
     (`low_open`/`high_open` exclude the bound itself); `special` values are allowed outside the
     range (`-1: never`); `choices` for words; `sizes` for a list of layer sizes: `min_len` to
-    `max_len` of them, each in [1, `item_max`]; `usual_max`: above it the value is accepted with a warning."""
+    `max_len` of them, each in [1, `item_max`]; `usual_max`: above it the value is accepted
+    with a warning."""
 
     low: float | None = None
     high: float | None = None
@@ -194,7 +195,8 @@ class Domain:
         if value in self.special:
             return None
         if not math.isfinite(value):
-            return f"must be a finite number{'' if self.text() == 'finite' else ' ' + self.text()}, got {value}"
+            allowed = "" if self.text() == "finite" else f" {self.text()}"
+            return f"must be a finite number{allowed}, got {value}"
         ok = (
             (self.low is None or (value > self.low if self.low_open else value >= self.low))
             and (self.high is None or (value < self.high if self.high_open else value <= self.high))
