@@ -52,6 +52,9 @@ class RunOptions:
     """compute and write diagnostics (off only to measure what logging costs)"""
     log_every: int = 0
     """env steps between metric rows (PPO, VPG, DQN, DDPG, TD3, SAC; 0: 1000)"""
+    max_wall_s: float = 0.0
+    """stop training once the seed has run this many seconds (checked at each metrics row), then
+    evaluate and finish as at the end of the budget (0: no limit); for runs of a fixed duration"""
 
     def __post_init__(self):  # the numbers' domains: DOMAINS below
         _require(
@@ -105,6 +108,10 @@ class EnvOptions:
     """Atari: a lost life ends the training episode (evaluation always plays whole games)"""
     clip_reward: bool = True
     """Atari: train on the sign of the reward (evaluation reports raw scores)"""
+    atari_vector: bool = True
+    """Atari: training envs of NoFrameskip ids run in ale-py's C++ vector env (the same
+    preprocessing, ~30% less CPU per step, stepped on up to 2 threads); false: Gymnasium's
+    wrappers in a SyncVectorEnv (docs/environments.md lists the differences)"""
 
 
 @dataclass
@@ -293,6 +300,7 @@ DOMAINS: dict[str, Domain] = {
     "checkpoint_every": NON_NEGATIVE,
     "video_every": NON_NEGATIVE,
     "log_every": NON_NEGATIVE,
+    "max_wall_s": NON_NEGATIVE,
     # EnvOptions
     "env.reward_scale": ANY,
     "env.obs_scale": ANY,

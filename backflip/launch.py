@@ -42,6 +42,7 @@ from backflip.runs.archive import (
 from backflip.summary import status_text
 
 PROGRESS_EVERY_S = 0.5
+PHASE_PRINT_S = 30.0  # plain (non-terminal) output: a long phase's progress at most this often
 BACKENDS = ("local", "ray")
 
 
@@ -188,7 +189,8 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
             train_seed(cfg, job.config["prefs"], run)
         else:
             spec.train(cfg.hp, run)
-        status["status"] = "interrupted" if run.stopping and not run.solved else "finished"
+        stopped = run.stopping and not (run.solved or run.timed_out)
+        status["status"] = "interrupted" if stopped else "finished"
     except KeyboardInterrupt:
         status["status"] = "interrupted"
     except NonFiniteError as e:
@@ -328,6 +330,7 @@ class Display:
         ]
         self.enabled = enabled
         self.states: dict[int, str] = {}  # job -> its last status word (plain output)
+        self.printed: dict[int, float] = {}  # job -> when its status was last printed (plain)
 
     def __enter__(self):
         self.progress.__enter__()
@@ -344,8 +347,14 @@ class Display:
         elif kind == "status":
             self.update(i, status=msg[2])
             state = msg[2].split()[0]
-            if not self.live and state != self.states.get(i, "running"):  # plain: on changes
+            # plain output: on changes, and a long phase's progress every PHASE_PRINT_S
+            now = time.monotonic()
+            if not self.live and (
+                state != self.states.get(i, "running")
+                or ("ETA" in msg[2] and now - self.printed.get(i, 0.0) > PHASE_PRINT_S)
+            ):
                 self.print(f"{self._name(i)}: {msg[2]}")
+                self.printed[i] = now
             self.states[i] = state
         elif kind == "warning":
             self.print(f"{self._name(i)}: warning: {msg[2]}")

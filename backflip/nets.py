@@ -139,10 +139,20 @@ def mlp(
 
 
 class NatureCNN(nn.Module):
-    """The DQN-Nature encoder for 84x84 stacked frames (uint8 in, features out)."""
+    """The DQN-Nature encoder for 84x84 stacked frames (uint8 in, features out).
 
-    def __init__(self, in_channels: int, features: int = 512):
+    With `channels_last` (the default) the convolutions run on NHWC tensors: the weights are
+    stored channels-last and each input batch is permuted once, as uint8, before it is scaled.
+    oneDNN's NHWC kernels compute the same convolutions (equal up to float rounding; tested) and
+    are much faster for the first layer's weight gradient, whose NCHW kernel on four input
+    channels is the slowest op of a PPO update on Atari: a gradient step on 256 frames 250 ->
+    200 ms of CPU on one core (docs/benchmarks.md, "Atari on a CPU"). `nn.Flatten` reads the
+    last feature map in NCHW order either way, so the linear layer sees the same features.
+    """
+
+    def __init__(self, in_channels: int, features: int = 512, channels_last: bool = True):
         super().__init__()
+        self.channels_last = channels_last
         self.net = nn.Sequential(
             layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
             nn.ReLU(),
@@ -155,8 +165,12 @@ class NatureCNN(nn.Module):
             nn.ReLU(),
         )
         self.out_dim = features
+        if channels_last:
+            self.net.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
         return self.net(x.float() / 255.0)
 
 
@@ -362,9 +376,22 @@ def frozen_copy(net: nn.Module) -> nn.Module:
     return target
 
 
+def params_vector(params) -> torch.Tensor:
+    """The parameters as one vector, in each tensor's logical order: torch's
+    `parameters_to_vector`, which `view`s each tensor and so refuses a channels-last weight."""
+    return torch.cat([p.reshape(-1) for p in params])
+
+
 def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     """The global L2 norm of the gradients of `params` (a 0-d tensor; no host sync)."""
     return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+
+
+def _dense_strides(p: torch.Tensor) -> tuple[int, ...]:
+    """`p`'s strides if they lay it out densely (contiguous, or channels-last), else row-major."""
+    if p.is_contiguous() or (p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)):
+        return p.stride()
+    return torch.empty(p.shape, device="meta").stride()
 
 
 class FlatParams:
@@ -393,9 +420,12 @@ class FlatParams:
         self.param.grad = torch.zeros_like(self.param)
         self.data, self.grad = self.param.detach(), self.param.grad
         for p, i in zip(params, starts, strict=True):
-            self.data[i : i + p.numel()].copy_(p.detach().reshape(-1))
-            p.data = self.data[i : i + p.numel()].view_as(p)
-            p.grad = self.grad[i : i + p.numel()].view_as(p)
+            # views with the parameter's own strides: a channels-last convolution weight stays
+            # channels-last (its kernels would otherwise reorder it on every call)
+            view = self.data.as_strided(p.shape, _dense_strides(p), i)
+            view.copy_(p.detach())
+            p.data = view
+            p.grad = self.grad.as_strided(p.shape, _dense_strides(p), i)
         self.params, self.grads, self.starts = params, [p.grad for p in params], starts
 
     def optimizer_state(self, state: dict) -> dict:
@@ -415,7 +445,7 @@ class FlatParams:
                 continue
             buffer = torch.zeros_like(self.data)
             for p, i, st in zip(self.params, self.starts, per_tensor, strict=True):
-                buffer[i : i + p.numel()] = st[key].reshape(-1)
+                buffer.as_strided(p.shape, p.stride(), i).copy_(st[key])
             flat[key] = buffer
         return {"state": {0: flat} if flat else {}, "param_groups": [{**groups[0], "params": [0]}]}
 

@@ -102,8 +102,9 @@ class SeedRun:
         check_device(cfg.run.device)
         self.device = torch.device(cfg.run.device)
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.stopping = False  # set by a signal, or by reaching `target_return`
+        self.stopping = False  # set by a signal, by reaching `target_return` or `max_wall_s`
         self.solved = False
+        self.timed_out = False  # stopped by `max_wall_s`: finishes like the end of the budget
         self.result: dict = {}
         self._on_row, self._on_warning, self._on_status = on_row, on_warning, on_status
         # Wrappers put on every *training* vector env this seed makes (`make_vec`), never on the
@@ -179,7 +180,12 @@ class SeedRun:
                 "will not match an uninterrupted one"
             )
         self.step = step
-        return self.tel.dump(step)
+        row = self.tel.dump(step)
+        limit = self.opts.max_wall_s
+        if limit and not self.stopping and time.perf_counter() - self.t_start >= limit:
+            self.stopping = self.timed_out = True
+            self.result["stopped_at_wall_s"] = limit
+        return row
 
     def _row(self, step: int, row: dict) -> None:
         bad = [k for k, v in row.items() if not math.isfinite(v)]
@@ -365,11 +371,11 @@ class SeedRun:
         """End of training: final greedy evaluation, row, final checkpoint.
 
         Skips the evaluation when interrupted, and when `target_return` was reached (the
-        evaluation that reached it is the final one).
+        evaluation that reached it is the final one); a seed stopped by `max_wall_s` evaluates.
         """
         self.step = step
         tel_state = rows_until = None
-        if not self.stopping:
+        if not self.stopping or self.timed_out:
             self.evaluate(step, act, final=True)
             self.tel.dump(step)
         elif self.tel.pending():

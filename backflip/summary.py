@@ -76,10 +76,18 @@ def reproduce_command(record: dict) -> str:
 
 
 def status_text(st: dict) -> str:
-    """A seed's status in a few words: 'running', 'waiting for 3 labels', 'finished'."""
+    """A seed's status in a few words: 'running', 'waiting for 3 labels', 'finished', or the
+    long phase a running seed is in: 'pretraining the reward model 120/2,000 updates, ETA 3.0
+    min' (a preference run's `Pipeline.progress`)."""
     if st.get("status") == "waiting" and st.get("labels_needed") is not None:
         n = st["labels_needed"]
         return f"waiting for {n} label{'s' * (n != 1)}"
+    if st.get("status") == "running" and st.get("phase"):
+        text = f"{st['phase']} {st.get('done', 0):,}/{st.get('total', 0):,} {st.get('unit', '')}"
+        if st.get("done", 0) < st.get("total", 0):
+            eta = st.get("eta_s")
+            text += f", ETA {duration(eta)}" if eta is not None else ", ETA unknown yet"
+        return text.rstrip()
     return str(st.get("status", "?"))
 
 

@@ -34,6 +34,21 @@ def test_sigint_with_pending_seeds_returns_and_marks_them_not_started(home):
     assert [s.get("error") for s in seeds[1:]] == ["not started: the launcher was stopped"] * 2
 
 
+def test_max_wall_s_stops_a_seed_that_then_finishes_as_at_the_end_of_its_budget(cli, home):
+    import json
+
+    out = cli(
+        "train", "ppo", "--env", "CartPole-v1", "--steps", "10000000", "--set", "max_wall_s=3",
+        "--set", "eval_episodes=2", "--no-progress", "--json",
+    )  # fmt: skip
+    record = json.loads(out.stdout)
+    seed = record["seeds"][0]
+    assert record["status"] == "finished" and seed["status"] == "finished"
+    assert 0 < seed["steps"] < 10_000_000 and seed["stopped_at_wall_s"] == 3
+    assert len(seed["final_eval_returns"]) == 2  # evaluated, unlike an interrupted seed
+    assert (home / record["id"] / "seeds" / "0" / "checkpoints" / "final.pt").exists()
+
+
 def _start(home, seeds=2):
     proc = subprocess.Popen(
         [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", "--seeds",

@@ -253,3 +253,55 @@ def test_gsde_trains_the_mean_and_log_std_but_not_the_features_through_the_std()
     (-logp.mean() - entropy.mean()).backward()
     assert ac.log_std.grad is not None and ac.log_std.grad.abs().sum() > 0
     assert ac.pi[0].weight.grad.abs().sum() > 0  # through the mean
+
+
+def cnn_pair():
+    """An Atari actor-critic with its CNN channels-last (the default) and a copy in NCHW."""
+    torch.manual_seed(0)
+    fast = ActorCritic((4, 84, 84), gym.spaces.Discrete(6))
+    slow = ActorCritic((4, 84, 84), gym.spaces.Discrete(6))
+    slow.trunk.channels_last = False
+    slow.load_state_dict(fast.state_dict())
+    slow.trunk.net.to(memory_format=torch.contiguous_format)
+    return fast, slow
+
+
+def test_the_channels_last_cnn_computes_the_nchw_cnns_outputs_and_gradients():
+    fast, slow = cnn_pair()
+    conv = fast.trunk.net[0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    assert slow.trunk.net[0].weight.is_contiguous()
+    x = torch.randint(0, 256, (13, 4, 84, 84), dtype=torch.uint8)
+    for ac in (fast, slow):
+        out, v = ac(x)
+        (out.logsumexp(-1).mean() + v.pow(2).mean()).backward()
+    (out_f, v_f), (out_s, v_s) = fast(x), slow(x)
+    assert torch.allclose(out_f, out_s, rtol=1e-4, atol=1e-5)
+    assert torch.allclose(v_f, v_s, rtol=1e-4, atol=1e-5)
+    for (name, p_f), p_s in zip(fast.named_parameters(), slow.parameters(), strict=True):
+        assert torch.allclose(p_f.grad, p_s.grad, rtol=1e-3, atol=1e-6), name
+    # a single frame (the rollout's batch of one env copy) takes the same path
+    assert torch.allclose(fast(x[:1])[1], slow(x[:1])[1], rtol=1e-4, atol=1e-5)
+
+
+def test_flat_parameters_keep_a_channels_last_weight_channels_last_with_its_values():
+    fast, slow = cnn_pair()
+    before = {k: v.clone() for k, v in fast.state_dict().items()}
+    flat = FlatParams(list(fast.parameters()))
+    for k, v in fast.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    for p in fast.trunk.parameters():
+        if p.dim() == 4:
+            assert p.is_contiguous(memory_format=torch.channels_last)
+            assert p.grad.stride() == p.stride()
+            assert p.data_ptr() >= flat.data.data_ptr()  # a view of the buffer
+    x = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    out, v = fast(x)
+    (out.sum() + v.sum()).backward()
+    out, v = slow(x)
+    (out.sum() + v.sum()).backward()
+    for p_f, p_s in zip(fast.parameters(), slow.parameters(), strict=True):
+        assert torch.allclose(p_f.grad, p_s.grad, rtol=1e-3, atol=1e-6)
+    # the buffer's gradient holds exactly the parameters' gradients (padding stays zero)
+    total = sum(p.grad.pow(2).sum() for p in fast.parameters())
+    assert torch.allclose(flat.grad.pow(2).sum(), total, rtol=1e-5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import signal
@@ -541,6 +542,205 @@ def test_a_human_run_without_a_task_statement_asks_for_one(cli, home):
     )  # fmt: skip
     assert bad.returncode == 2 and "prefs.task" in bad.stderr and "Traceback" not in bad.stderr
     assert not [p for p in home.iterdir() if p.is_dir()]
+
+
+# --- the reward CNN's fast paths (channels-last, the fused ensemble, float32 inputs, strides) -----
+
+
+def image_model(members=3, frames=4, seed=0, **kwargs) -> RewardModel:
+    """A CNN reward model with non-trivial batchnorm statistics and input normalization."""
+    torch.manual_seed(seed)
+    space = gym.spaces.Box(0, 255, (frames, 84, 84), np.uint8)
+    model = RewardModel(space, gym.spaces.Discrete(6), members=members, dropout=0.5, **kwargs)
+    rng = np.random.default_rng(seed)
+    model.observe(rng.integers(0, 256, (64, frames, 84, 84), dtype=np.uint8))
+    for net in model.nets:  # as after training: running statistics far from (0, 1)
+        for bn in (m for m in net.convs if isinstance(m, torch.nn.BatchNorm2d)):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.2, 0.2)
+    return model
+
+
+def frames(n, lead=(), frames_=4, seed=1):
+    rng = np.random.default_rng(seed)
+    obs = rng.integers(0, 256, (*lead, n, frames_, 84, 84), dtype=np.uint8)
+    return obs, rng.integers(0, 6, (*lead, n))
+
+
+def test_the_channels_last_reward_cnn_computes_the_nchw_cnns_outputs_and_gradients():
+    torch.manual_seed(0)
+    fast = RewardNet((4, 84, 84), act_dim=6, dropout=0.0)
+    slow = RewardNet((4, 84, 84), act_dim=6, dropout=0.0, channels_last=False)
+    slow.load_state_dict(fast.state_dict())
+    conv = fast.convs[0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    obs, act = torch.randn(3, 2, 5, 4, 84, 84), torch.randn(3, 2, 5, 6)
+    for mode in ("train", "eval"):  # batchnorm on batch statistics, then on running ones
+        outs = []
+        for net in (fast, slow):
+            getattr(net, mode)()
+            net.zero_grad()
+            out = net(obs, act)
+            out.sum().backward()
+            outs.append(out)
+        assert outs[0].shape == (3, 2, 5)
+        assert torch.allclose(outs[0], outs[1], rtol=1e-4, atol=1e-5), mode
+        for (name, p_f), p_s in zip(fast.named_parameters(), slow.parameters(), strict=True):
+            assert torch.allclose(p_f.grad, p_s.grad, rtol=1e-3, atol=1e-5), (mode, name)
+
+
+@torch.no_grad()
+def test_the_fused_cnn_ensemble_equals_the_members_one_by_one():
+    model = image_model()
+    obs, act = frames(10)
+    o, a = model.encode(obs, act)
+    one_by_one = torch.stack([net.eval()(o, a) for net in model.nets])
+    fused = model.raw_outputs(obs, act)
+    assert fused.shape == (3, 10)
+    assert torch.allclose(fused, one_by_one, rtol=1e-4, atol=1e-4)
+    # pairs (B, 2, L, ...) too, and the snapshot the policy's wrapper uses
+    pobs, pact = frames(5, lead=(3, 2))
+    po, pa = model.encode(pobs, pact)
+    pairs = torch.stack([net(po, pa) for net in model.nets])
+    assert torch.allclose(model.raw_outputs(pobs, pact), pairs, rtol=1e-4, atol=1e-4)
+    model.calibrate(obs, act)
+    snap = model.snapshot()
+    expect = (one_by_one.numpy() - model.out_mean[:, None]) / model.out_std[:, None]
+    assert np.allclose(snap.member_rewards(obs, act), expect, rtol=1e-3, atol=1e-4)
+    # query selection: the ensemble's variance of P̂, from the fused outputs
+    ret = pairs.sum(-1)
+    var = np.var(torch.sigmoid(ret[..., 0] - ret[..., 1]).numpy(), 0)
+    left, right = (pobs[:, 0], pact[:, 0]), (pobs[:, 1], pact[:, 1])
+    assert np.allclose(model.preference_variance(left, right), var, rtol=1e-3, atol=1e-6)
+
+
+def test_the_fused_ensemble_follows_training():
+    # rebuilt after every update: a stale fused copy would keep giving the old rewards
+    model = image_model(members=2)
+    obs, act = frames(6)
+    before = model.raw_outputs(obs, act)
+    pairs = image_pairs(model, 8)
+    model.train_step(pairs)
+    o, a = model.encode(obs, act)
+    with torch.no_grad():
+        after = torch.stack([net.eval()(o, a) for net in model.nets])
+    assert not torch.allclose(after, before, atol=1e-4)
+    assert torch.allclose(model.raw_outputs(obs, act), after, rtol=1e-4, atol=1e-4)
+
+
+def test_image_inputs_are_normalized_in_float32_as_the_float64_formula_says():
+    model = image_model()
+    obs, act = frames(7)
+    o, _ = model.encode(obs, act)
+    rms = model.obs_rms
+    expect = np.clip((obs.astype(np.float64) - rms.mean) / np.sqrt(rms.var + 1e-8), -5, 5)
+    assert o.dtype == torch.float32
+    assert np.allclose(o.numpy(), expect, rtol=1e-5, atol=1e-5)
+    model.observe(obs)  # new statistics: the cached float32 copies follow
+    o2, _ = model.encode(obs, act)
+    expect = np.clip((obs.astype(np.float64) - rms.mean) / np.sqrt(rms.var + 1e-8), -5, 5)
+    assert np.allclose(o2.numpy(), expect, rtol=1e-5, atol=1e-5)
+
+
+def image_pairs(model, n, length=8):
+    from backflip.prefs.reward_model import PairSet
+
+    rng = np.random.default_rng(3)
+    pairs = PairSet(len(model.nets), np.random.default_rng(4))
+    rows = [(q, 2 * q, 2 * q + 1, float(q % 2)) for q in range(n)]
+    segs = {
+        s: (
+            rng.integers(0, 256, (length, *model.obs_shape), dtype=np.uint8),
+            rng.integers(0, 6, length),
+        )
+        for s in range(2 * n)
+    }
+    pairs.sync(rows, segs.__getitem__)
+    pairs.is_val[:] = False
+    return pairs
+
+
+def test_a_frame_stride_sums_every_kth_step_and_is_unbiased_over_its_offsets():
+    model = image_model(members=1)
+    pairs = image_pairs(model, 4, length=25)
+    net = model.nets[0].eval()
+    idx = np.arange(4)
+    obs, act, _ = pairs.batch(idx, model)
+    full = model.pair_returns(net, obs, act)
+    k = 4
+    crops = []
+    for offset in range(k):
+        o, a, _ = pairs.batch(idx, model, offset, k)
+        assert o.shape[2] == len(range(offset, 25, k))
+        assert torch.equal(o, obs[:, :, offset::k])
+        crops.append(k * model.pair_returns(net, o, a))
+    assert torch.allclose(torch.stack(crops).mean(0), full, rtol=1e-4, atol=1e-3)
+
+
+def test_a_long_phase_announces_its_progress_with_an_eta(monkeypatch):
+    from backflip.prefs import pipeline
+    from backflip.summary import status_text
+
+    said = []
+
+    class Run:
+        def set_status(self, status, **detail):
+            said.append({"status": status, **detail})
+
+    pipe = pipeline.Pipeline.__new__(pipeline.Pipeline)
+    pipe.run, pipe._phase, pipe._phase_said = Run(), None, 0.0
+    clock = iter([100.0, 101.0, 103.0, 103.5, 110.0])
+    monkeypatch.setattr(pipeline.time, "monotonic", lambda: next(clock))
+    pipe.progress("pretraining the reward model", 0, 100, "updates")  # t=100: the start
+    pipe.progress("pretraining the reward model", 10, 100, "updates")  # t=101: too soon
+    pipe.progress("pretraining the reward model", 30, 100, "updates")  # t=103: 10 updates/s
+    pipe.progress("pretraining the reward model", 31, 100, "updates")  # t=103.5: too soon
+    pipe.progress("pretraining the reward model", 100, 100, "updates")  # t=110: done, said
+    assert [s["done"] for s in said] == [0, 30, 100]
+    assert said[0]["eta_s"] is None and said[1]["eta_s"] == pytest.approx(7.0)
+    assert status_text(said[0]) == ("pretraining the reward model 0/100 updates, ETA unknown yet")
+    assert status_text(said[1]) == "pretraining the reward model 30/100 updates, ETA 7.0 s"
+    assert status_text(said[2]) == "pretraining the reward model 100/100 updates"
+    pipe.end_phase()
+    assert said[-1] == {"status": "running"}
+
+
+def test_the_long_phases_show_in_the_plain_progress_output(cli):
+    # no terminal: the launcher prints each phase as it starts (and every 30 s while it lasts)
+    out = cli(
+        "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--steps", "1024",
+        "--labels", "20", "--set", "num_steps=64", "--set", "epochs=1",
+        "--set", "prefs.pretrain_updates=20", "--set", "eval_episodes=1",
+    )  # fmt: skip
+    for phase in (
+        "gathering clips from a random policy 0/",
+        "initial labels 0/10 labels",  # the preset asks half up front
+        "pretraining the reward model 0/20 updates",
+    ):
+        assert f"seed 0: {phase}" in out.stderr, out.stderr
+    record = json.loads(cli("show", "last", "--json").stdout)
+    assert "phase" not in record["seeds"][0] and record["seeds"][0]["status"] == "finished"
+
+
+def test_stacked_frames_keep_one_copy_of_each_frame_and_give_the_observations_back():
+    from backflip.prefs.reward_model import StackedFrames
+
+    rng = np.random.default_rng(0)
+    stream = rng.integers(0, 256, (28, 84, 84), dtype=np.uint8)  # 25 steps of 4 stacked frames
+    obs = np.stack([stream[t : t + 4] for t in range(25)])
+    kept = StackedFrames(obs)
+    assert kept.frames.shape == (28, 84, 84) and kept.raw is None
+    assert np.array_equal(kept.obs, obs) and np.array_equal(kept.obs[1::4], obs[1::4])
+    broken = obs.copy()
+    broken[3, 0, 0, 0] ^= 1  # not a frame stack any more: kept as it is
+    assert StackedFrames(broken).frames is None
+    assert np.array_equal(StackedFrames(broken).obs, broken)
+    vectors = rng.random((25, 2))
+    assert StackedFrames(vectors).obs is vectors or np.array_equal(
+        StackedFrames(vectors).obs, vectors
+    )
 
 
 def test_replay_relabel_recomputes_every_stored_reward():

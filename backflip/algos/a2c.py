@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
 from backflip.algos.common import (
     Agent,
@@ -40,7 +39,7 @@ from backflip.algos.common import (
     log_rollout_health,
 )
 from backflip.envs import restore_envs, snapshot_envs
-from backflip.nets import FlatParams
+from backflip.nets import FlatParams, params_vector
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
 
@@ -257,7 +256,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         b_adv, b_ret = (x.reshape(-1)[keep].to(device) for x in (adv, ret))
         evaluate_now = run.eval_due(step)
         row = step >= next_row or it == iterations or evaluate_now
-        theta0 = nn.utils.parameters_to_vector(params).detach().clone() if row and diag else None
+        theta0 = params_vector(params).detach().clone() if row and diag else None
         with tel.timer("update"):
             out, value = ac(b_obs)
             logp, entropy = ac.logp_entropy(out, b_act)

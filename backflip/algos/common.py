@@ -56,7 +56,9 @@ def log_policy_health(tel, ac, obs, act, logp_old, theta0, max_entropy) -> None:
     out = ac.policy(obs)
     logp, entropy = ac.logp_entropy(out, act)
     logratio = logp - logp_old
-    theta = torch.nn.utils.parameters_to_vector(ac.parameters())
+    from backflip.nets import params_vector
+
+    theta = params_vector(ac.parameters())
     tel.log(
         **{
             "train/approx_kl": float(((logratio.exp() - 1) - logratio).mean()),

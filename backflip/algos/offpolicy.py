@@ -50,7 +50,7 @@ from torch import nn
 from backflip.algos.common import Agent, log_obs_stats
 from backflip.buffers import ReplayBuffer
 from backflip.envs import restore_envs, snapshot_envs
-from backflip.nets import to_bounds
+from backflip.nets import params_vector, to_bounds
 from backflip.seedrun import SeedRun
 
 # Budgets of `backflip probe` on the five Box probes: the default budgets (3,000-16,000 steps,
@@ -120,14 +120,14 @@ class UpdateRatio:
 
     def before(self) -> torch.Tensor | None:
         """θ0 when a measurement is due, else None; call it before `opt.step()`."""
-        return nn.utils.parameters_to_vector(self.params).detach() if self.due else None
+        return params_vector(self.params).detach() if self.due else None
 
     @torch.no_grad()
     def after(self, theta0: torch.Tensor | None) -> None:
         """Log the step's ratio (after `opt.step()`, with `before`'s result)."""
         if theta0 is None:
             return
-        theta = nn.utils.parameters_to_vector(self.params)
+        theta = params_vector(self.params)
         self.tel.log(**{"train/update_ratio": float((theta - theta0).norm() / theta0.norm())})
         self.due = False
 

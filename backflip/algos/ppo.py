@@ -20,12 +20,13 @@ Metrics rows: one every `log_every` env steps (a run option, default 1,000: ever
 iteration with the CartPole defaults' 256-step rollouts), at evaluations and at the end. Losses
 and gradient norm are averaged over every minibatch since the last row, entropy and clip fraction
 over the samples of every minibatch of an update (reduced once, after it) and then over updates;
-KL after the update is computed every iteration and the row keeps its maximum (a blow-up can
-last one iteration); the other diagnostics that need an extra pass (explained variance, update
-size, value, advantage, observation and reward statistics) describe the iteration that closes
-the row. Computing all of them on every iteration cost ~10% of the wall time with rl-zoo's
-settings; this way, with the CartPole preset, ~3.5% (docs/benchmarks.md, "What logging
-everything costs").
+KL after the update is computed every iteration (on image observations from every k-th sample of
+the rollout, ~256 of them: a CNN pass over all of it was ~10% of an Atari iteration) and the row
+keeps its maximum (a blow-up can last one iteration); the other diagnostics that need an extra
+pass (explained variance, update size, value, advantage, observation and reward statistics)
+describe the iteration that closes the row. Computing all of them on every iteration cost ~10%
+of the wall time with rl-zoo's settings; this way, with the CartPole preset, ~3.5%
+(docs/benchmarks.md, "What logging everything costs").
 
 Speed (docs/benchmarks.md): a gradient step on CartPole is ~100 small kernels, so what counts is
 how many there are. The networks' tanh is NumPy's, each network one autograd node (`nets.MLP`);
@@ -62,6 +63,7 @@ from backflip.seedrun import SeedRun
 
 ACTION_SPACES = ("discrete", "box")
 DEFAULT_STEPS = 100_000
+KL_SAMPLES = 256  # image observations: samples of the rollout the KL after an update is taken on
 
 
 @dataclass
@@ -141,6 +143,31 @@ PRESETS = {
         "log_std_init": -0.5,
     },
 }
+
+# The PPO paper's Atari settings (Schulman et al. 2017, table 5: 8 actors x 128 steps, 3 epochs of
+# minibatches of 256, lr 2.5e-4 and clip 0.1 both annealed, entropy 0.01, 10M agent steps = 40M
+# frames), for the seven games Christiano et al. (2017) used. The defaults' 20 epochs per 256
+# steps cost 20 forward-backward passes of the CNN per agent step, 3 epochs cost 3: on this
+# project's 2-core CPU, Atari PPO without this preset ran at ~20-50 steps/s.
+ATARI = {
+    "steps": 10_000_000,
+    "num_envs": 8,
+    "num_steps": 128,
+    "minibatch_size": 256,
+    "epochs": 3,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "lr": 2.5e-4,
+    "clip": 0.1,
+    "ent_coef": 0.01,
+    "vf_coef": 1.0,
+}
+for _game in ("BeamRider", "Breakout", "Enduro", "Pong", "Qbert", "Seaquest", "SpaceInvaders"):
+    PRESETS[f"{_game}NoFrameskip-v4"] = dict(ATARI)
+
+# `backflip bench`'s reference envs: the presets' classic-control envs (Atari's 10M steps per seed
+# are days of CPU)
+BENCHMARKS = {"CartPole-v1": 100_000, "Pendulum-v1": 300_000}
 
 # Design choices `backflip ablate` can turn off: name -> the settings that turn it off.
 ABLATIONS = {
@@ -362,9 +389,12 @@ def train(cfg: Config, run: SeedRun) -> None:
                         "train/entropy": ent.mean(),
                     }
                 )
-                out = ac.policy(b_obs)
-                logp_new, entropy = ac.logp_entropy(out, b_act)
-                logratio = logp_new - b_logp
+                # on pixels this pass is a CNN forward over the whole rollout (~10% of an
+                # Atari iteration): every k-th sample, ~KL_SAMPLES of them, estimates it
+                kl = slice(None, None, max(1, n // KL_SAMPLES)) if images else slice(None)
+                out = ac.policy(b_obs[kl])
+                logp_new, entropy = ac.logp_entropy(out, b_act[kl])
+                logratio = logp_new - b_logp[kl]
                 tel.store_max(**{"train/approx_kl": ((logratio.exp() - 1) - logratio).mean()})
                 if row:  # tensors: telemetry converts them all at once, with the row
                     tel.log(

@@ -40,6 +40,7 @@ from backflip.algos.common import (
     obs_dtype,
 )
 from backflip.envs import restore_envs, snapshot_envs
+from backflip.nets import params_vector
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
 
@@ -251,7 +252,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         # -- one policy step, then fit the value function ------------------------------------
         theta0 = None
         if row and diag:
-            theta0 = nn.utils.parameters_to_vector(ac.parameters()).detach().clone()
+            theta0 = params_vector(ac.parameters()).detach().clone()
         with tel.timer("update"):
             out = ac.policy(b_obs)
             logp, entropy = ac.logp_entropy(out, b_act)

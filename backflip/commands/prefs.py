@@ -45,6 +45,12 @@ def _common(p) -> None:
     )
     p.add_argument("--labels", type=int, metavar="N", help="labels to ask for in all (the cap)")
     p.add_argument(
+        "--preset",
+        choices=("cpu", "paper"),
+        help="the env's settings: cpu (sized for a CPU) or paper (Christiano et al.'s, GPU-scale; "
+        "Atari only); default paper with --set device=cuda where there is one, else cpu",
+    )
+    p.add_argument(
         "--prefs", metavar="FROM_RUN", help="start from the labels in FROM_RUN's database"
     )
     # one seed by default: each seed asks for its own labels, from a person with --labeler human
@@ -77,7 +83,7 @@ def build(args, home):
     from backflip.config import _build, load_config_file, parse_sets, resolve
     from backflip.errors import UserError
     from backflip.prefs.pipeline import PrefsConfig
-    from backflip.prefs.presets import PRESETS
+    from backflip.prefs.presets import PAPER, preset_for
     from backflip.runs.archive import load_run, resolve_run
 
     stage = {"train": "full", "gather": "gather", "pretrain": "pretrain"}[args.stage]
@@ -89,12 +95,21 @@ def build(args, home):
         if source is None:
             raise UserError("prefs pretrain needs --prefs FROM_RUN (the labels to fit)")
         env = env or load_run(source)["config"]["env_id"]
-    preset = PRESETS.get(env, {})
     file_values = load_config_file(args.config) if args.config else {}
     file_prefs = file_values.pop("prefs", {}) or {}
     sets = parse_sets(args.sets)
     set_prefs = {k[6:]: v for k, v in sets.items() if k.startswith("prefs.")}
     sets = {k: v for k, v in sets.items() if not k.startswith("prefs.")}
+    device = str(sets.get("device", file_values.get("device", "cpu")))
+    name = (
+        getattr(args, "preset", None)
+        or set_prefs.pop("preset", None)
+        or file_prefs.pop("preset", None)
+        or ("paper" if device.startswith("cuda") and env in PAPER else "cpu")
+    )
+    set_prefs.pop("preset", None)
+    file_prefs.pop("preset", None)
+    preset = preset_for(env, name)
     # an algorithm's entry may set its own budget and pipeline settings (SAC needs fewer steps)
     policy_preset = dict(preset.get("policy", {}).get(algo, {}))
     algo_steps, algo_prefs = policy_preset.pop("steps", None), policy_preset.pop("prefs", {})
@@ -115,6 +130,7 @@ def build(args, home):
         **file_prefs,
         **set_prefs,
         "stage": stage,
+        "preset": name,
     }
     if stage == "full" and frozen is not None:
         values["stage"] = "policy"
@@ -170,6 +186,14 @@ def run(args) -> int:
             print(f"  prefs.{name} = {getattr(pcfg, name)!r}  ({tp}) {doc}")
         return 0
     ask_task(pcfg, sys.stdin.isatty() and not args.json)
+    from backflip.prefs.presets import PAPER
+
+    if cfg.env_id in PAPER:
+        other = {"cpu": "the paper's GPU-scale settings: --preset paper", "paper": "--preset cpu"}
+        print(
+            f"preset {pcfg.preset} for {cfg.env_id} ({other[pcfg.preset]}; docs/preferences.md)",
+            file=sys.stderr,
+        )
     if pcfg.mode == "async":
         print(
             "note: prefs.mode=async trains the reward model beside the policy in a second "

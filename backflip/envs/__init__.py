@@ -177,12 +177,16 @@ def make_vec(
 
     Uses the env's own vectorized implementation when it has one, no option wrapper is active
     and there are several copies (Gymnasium's CartPoleVectorEnv is ~2x faster than SyncVectorEnv
-    for 8 copies, but ~2x slower for one: 40 vs 20 us per step), else SyncVectorEnv.
+    for 8 copies, but ~2x slower for one: 40 vs 20 us per step); for Atari training envs,
+    ale-py's vector env (`atari.vector_env`; `env.atari_vector=false` turns it off); else
+    SyncVectorEnv.
     """
     opts = opts or EnvOptions()
     spec = check_env_id(env_id)
     if spec.vector_entry_point is not None and opts == EnvOptions() and num_envs > 1:
         env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point")
+    elif not evaluation and atari.vector_env_fits(spec, opts):
+        env = atari.vector_env(spec, num_envs, opts)
     else:
         env = gym.vector.SyncVectorEnv(
             # a partial, not a lambda: the envs pickle into checkpoints (exact resume)

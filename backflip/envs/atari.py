@@ -105,3 +105,66 @@ def wrap(
     if clip_reward:
         env = gym.wrappers.TransformReward(env, lambda r: float(np.sign(r)))
     return gym.wrappers.FrameStackObservation(env, frame_stack)
+
+
+def vector_env(spec: gym.envs.registration.EnvSpec, num_envs: int, opts) -> gym.vector.VectorEnv:
+    """`num_envs` training copies of a NoFrameskip id in ale-py's own vector env (C++, stepped on
+    up to two threads), with the preprocessing of `wrap`: 4 frames per step with the last two
+    max-pooled, 84x84 grayscale (INTER_AREA), up to 30 no-ops and FIRE after reset, a lost life
+    `terminated` without ending the game (`life_loss_info`, as `EpisodicLife`), rewards clipped
+    to their sign, the last `frame_stack` frames, NEXT_STEP autoreset.
+
+    It differs from `wrap` in SyncVectorEnv in details that change a seed's episodes but not the
+    task (docs/environments.md): 0-29 no-ops instead of 1-30, FIRE alone instead of FIRE then
+    RIGHT, the first stack of an episode padded with black frames instead of copies of the first,
+    the step after a lost life is a real step (Gymnasium's wrapper takes a no-op there, and the
+    algorithms mask that step out either way), and its own random streams.
+    """
+    import os
+
+    from ale_py.vector_env import AtariVectorEnv
+
+    kw = spec.kwargs
+    threads = min(num_envs, len(os.sched_getaffinity(0)), 2)
+    return AtariVectorEnv(
+        kw["game"],
+        num_envs,
+        num_threads=threads,
+        max_num_frames_per_episode=int(kw.get("max_num_frames_per_episode", 108_000)),
+        repeat_action_probability=0.0,
+        full_action_space=bool(kw.get("full_action_space", False)),
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+        img_height=84,
+        img_width=84,
+        grayscale=True,
+        stack_num=opts.frame_stack,
+        frameskip=4,
+        maxpool=True,
+        noop_max=30,
+        episodic_life=False,
+        life_loss_info=opts.episodic_life,
+        reward_clipping=opts.clip_reward,
+        use_fire_reset=True,
+    )
+
+
+def vector_env_fits(spec: gym.envs.registration.EnvSpec, opts) -> bool:
+    """Can `vector_env` stand in for `wrap` in SyncVectorEnv: an ALE id without sticky actions
+    or emulator frame skip, with no `env.*` option but the Atari ones, and ale-py's vector env
+    installed?"""
+    from dataclasses import replace
+
+    kw = spec.kwargs
+    if not (is_ale(spec) and opts.atari and opts.atari_vector and "game" in kw):
+        return False
+    if kw.get("frameskip", 1) != 1 or kw.get("repeat_action_probability", 0.0):
+        return False
+    atari_keys = {"frame_stack", "episodic_life", "clip_reward", "atari_vector"}
+    plain = replace(opts, **{k: getattr(type(opts)(), k) for k in atari_keys})
+    if plain != type(opts)():
+        return False
+    try:
+        import ale_py.vector_env  # noqa: F401
+    except ImportError:
+        return False
+    return True

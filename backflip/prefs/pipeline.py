@@ -60,12 +60,16 @@ from backflip.prefs.segments import (
 )
 
 STAGES = ("full", "gather", "pretrain", "policy")
+INITIAL_LABELS = "initial labels"
+PROGRESS_EVERY_S = 2.0  # a long phase's progress goes to the seed's status at most this often
 
 
 @dataclass
 class PrefsConfig:
     """Preference-learning settings (`--set prefs.KEY=VALUE`)."""
 
+    preset: str = "cpu"
+    """the env's preset these settings start from: cpu, or paper (GPU-scale; `--preset`)"""
     labels: int = 500
     """total labels to ask for (the cap), the initial ones included"""
     labeler: str = "synthetic"
@@ -118,6 +122,13 @@ class PrefsConfig:
     """assumed probability that a label is a uniformly random answer"""
     reward_std: float = 1.0
     """standard deviation of the reward the policy sees (the paper: 1, or 0.05 for Atari)"""
+    frame_stride: int = 1
+    """reward-model training sums r̂ over every k-th step of each segment (one random offset per
+    minibatch) times k: an unbiased estimate of the segment's return from 1/k of its frames
+    (1: every step, the paper's loss; validation and the policy's reward always use every step)"""
+    eval_pairs: int = 512
+    """pairs whose loss and accuracy are computed after each round, for the training and for
+    the validation split each (a random subset when there are more)"""
     pretrain_updates: int = 500
     """reward-model updates on the initial labels before the policy starts"""
     rm_updates_per_kstep: float = 10.0
@@ -167,6 +178,7 @@ class PrefsConfig:
 
     def __post_init__(self):
         checks = {
+            "prefs.preset must be cpu or paper": self.preset in ("cpu", "paper"),
             "prefs.labels must be >= 0": self.labels >= 0,
             "prefs.labeler must be synthetic, human or bpref-NAME with NAME one of "
             + ", ".join(BPREF_TEACHERS): self.labeler in LABELERS,
@@ -195,6 +207,8 @@ class PrefsConfig:
             or 0 <= self.teacher_equal < math.inf,
             "prefs.store_size must be >= 2": self.store_size >= 2,
             "prefs.round_updates must be >= 1": self.round_updates >= 1,
+            "prefs.frame_stride must be >= 1": self.frame_stride >= 1,
+            "prefs.eval_pairs must be >= 1": self.eval_pairs >= 1,
             "prefs.tick_steps must be >= 1": self.tick_steps >= 1,
             "prefs.max_pending must be >= 1": self.max_pending >= 1,
             "prefs.max_debt must be >= 0": self.max_debt >= 0,
@@ -255,6 +269,7 @@ class Pipeline:
             noise=pcfg.noise,
             reward_std=pcfg.reward_std,
             rng=np.random.default_rng(run.seed + 104729),
+            frame_stride=pcfg.frame_stride,
             use_actions=pcfg.reward_input == "obs+action",
         )
         self.frozen = False
@@ -290,6 +305,32 @@ class Pipeline:
         self.relabels = 0
         self.relabel_s = 0.0
         self._waiting_for: int | None = None  # labels the seed waits for, as last announced
+        self._phase: tuple[str, float, int] | None = None  # long phase: name, start, done then
+        self._phase_said = 0.0  # when its progress was last announced
+
+    # -- progress of the long phases (gathering, the first labels, pretraining) ---------------
+
+    def progress(self, phase: str, done: int, total: int, unit: str) -> None:
+        """Announce how far a long phase has got, with an ETA at its rate so far, through the
+        seed's status (status.json, the progress line, the UI): at its start, then at most
+        every `PROGRESS_EVERY_S`, and when it is complete."""
+        now = time.monotonic()
+        if self._phase is None or self._phase[0] != phase:
+            self._phase, self._phase_said = (phase, now, done), -math.inf
+        if now - self._phase_said < PROGRESS_EVERY_S and done < total:
+            return
+        self._phase_said = now
+        _, t0, done0 = self._phase
+        rate = (done - done0) / (now - t0) if now > t0 else 0.0
+        eta = (total - done) / rate if rate > 0 else None
+        self.run.set_status(
+            "running", phase=phase, done=int(done), total=int(total), unit=unit, eta_s=eta
+        )
+
+    def end_phase(self) -> None:
+        if self._phase is not None:
+            self._phase = None
+            self.run.set_status("running")
 
     # -- labels --------------------------------------------------------------------------------
 
@@ -324,7 +365,7 @@ class Pipeline:
         labeled = None
         if self.cfg.selection == "k-center":  # the pairs labeled so far (as of the last round)
             labeled = [
-                (self.pairs.segments[i][0], self.pairs.segments[j][0])
+                (self.pairs.segments[i][0].obs, self.pairs.segments[j][0].obs)
                 for i, j in zip(self.pairs.left, self.pairs.right, strict=True)
             ]
         with self.lock:
@@ -341,7 +382,9 @@ class Pipeline:
             thresholds = None
             if not self.human and self.teacher.needs_reference:
                 thresholds = self.teacher.thresholds([s.true_return for s in self.store.items])
-        for left, right in pairs:
+        for i, (left, right) in enumerate(pairs):
+            if self._phase is not None and self._phase[0] == INITIAL_LABELS:
+                self.progress(INITIAL_LABELS, self.asked + i, self.schedule.total, "labels")
             if self.human:
                 shared = (
                     self.cfg.double_share > 0 and self.share_rng.random() < self.cfg.double_share
@@ -415,20 +458,27 @@ class Pipeline:
 
         return self.pairs.sync(rows, load)
 
-    def train_round(self, n: int) -> None:
+    def train_round(self, n: int, on_update=None) -> None:
         """`n` updates on the current labels, then validation, L2 adaptation, recalibration and
-        a new snapshot for the policy."""
+        a new snapshot for the policy; `on_update()` after each update (progress)."""
         self.refresh_pairs()
         if len(self.pairs.train) == 0 or n <= 0:
             return
-        losses = [self.model.train_step(self.pairs) for _ in range(n)]
+        losses = []
+        for _ in range(n):
+            losses.append(self.model.train_step(self.pairs))
+            if on_update is not None:
+                on_update()
         self.updates_done += n
-        train_idx = self.pairs.train
-        if len(train_idx) > 512:
-            train_idx = self.rng.choice(train_idx, 512, replace=False)
+        cap = self.cfg.eval_pairs
+        train_idx, val_idx = self.pairs.train, self.pairs.val
+        if len(train_idx) > cap:
+            train_idx = self.rng.choice(train_idx, cap, replace=False)
+        if len(val_idx) > cap:
+            val_idx = np.sort(self.rng.choice(val_idx, cap, replace=False))
         train_loss, train_acc = self.model.evaluate(self.pairs, train_idx)
-        val_loss, val_acc = self.model.evaluate(self.pairs, self.pairs.val)
-        if len(self.pairs.val):
+        val_loss, val_acc = self.model.evaluate(self.pairs, val_idx)
+        if len(val_idx):
             self.model.adapt_l2(train_loss, val_loss)
         with self.lock:
             if len(self.store):
@@ -445,7 +495,7 @@ class Pipeline:
             "reward_model/pairs_val": float(len(self.pairs.val)),
             "reward_model/out_std": float(np.mean(self.model.out_std)),
         }
-        if len(self.pairs.val):
+        if len(val_idx):
             stats.update(
                 {
                     "reward_model/val_loss": float(val_loss.mean()),
@@ -476,9 +526,10 @@ class Pipeline:
 
     def reward(self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
         """The policy's reward for taking `actions` in `obs` and reaching `next_obs`."""
-        if self.cfg.reward_input == "next-obs":
-            return self.snap.reward(next_obs, actions)
-        return self.snap.reward(obs, actions)
+        with self.run.tel.timer("prefs_reward"):
+            if self.cfg.reward_input == "next-obs":
+                return self.snap.reward(next_obs, actions)
+            return self.snap.reward(obs, actions)
 
     def relabel_replay(self) -> None:
         """Recompute the rewards in the algorithm's replay buffers with the newest reward model
@@ -506,12 +557,13 @@ class Pipeline:
     def on_step(self, obs, actions, true_reward, reward, valid, done) -> None:
         """One vector step of the policy's training envs (called by `LearnedReward`)."""
         self.step += len(valid)
-        segs = self.recorder.add(obs, actions, true_reward, valid, done, self.step)
-        if segs:
-            with self.lock:
-                self.store.add(segs)
-                if not self.frozen:
-                    self.model.observe(np.concatenate([s.obs for s in segs]))
+        with self.run.tel.timer("prefs_segments"):
+            segs = self.recorder.add(obs, actions, true_reward, valid, done, self.step)
+            if segs:
+                with self.lock:
+                    self.store.add(segs)
+                    if not self.frozen:
+                        self.model.observe(np.concatenate([s.obs for s in segs]))
         self.ep_pred += np.where(valid, reward, 0.0)
         self.ep_true += np.where(valid, true_reward, 0.0)
         for i in np.flatnonzero(done & valid):
@@ -527,7 +579,8 @@ class Pipeline:
         if self.cfg.mode == "sync":
             if self.step >= self.next_tick:
                 self.next_tick += self.cfg.tick_steps
-                self.tick()
+                with self.run.tel.timer("prefs_train"):
+                    self.tick()
                 self.publish()
         elif time.monotonic() - self._last_publish > self.cfg.log_every_s:
             self.publish()
@@ -627,7 +680,8 @@ def gather_random(pipe: Pipeline, env_id, env_opts, n_segments: int, seed: int) 
     obs, _ = envs.reset(seed=seed)
     prev_done = np.zeros(envs.num_envs, bool)
     steps = 0
-    while pipe.store.added < n_segments:
+    while pipe.store.added < n_segments and not pipe.run.stopping:
+        pipe.progress("gathering clips from a random policy", pipe.store.added, n_segments, "clips")
         actions = envs.action_space.sample()
         next_obs, r, term, trunc, _ = envs.step(actions)
         done = term | trunc
@@ -638,6 +692,7 @@ def gather_random(pipe: Pipeline, env_id, env_opts, n_segments: int, seed: int) 
         obs, prev_done = next_obs, done
         steps += envs.num_envs
     envs.close()
+    pipe.progress("gathering clips from a random policy", n_segments, n_segments, "clips")
     return steps
 
 
@@ -645,6 +700,8 @@ def wait_for_labels(pipe: Pipeline, target: int) -> None:
     """Keep asking until `target` labels are answered (a person may take a while, or end
     labeling early)."""
     last_row = time.monotonic()
+    if not pipe.human:  # a person's progress shows as the labels the seed waits for
+        pipe.progress(INITIAL_LABELS, pipe.n_answered(), target, "labels")
     while pipe.n_answered() < target and not pipe.run.stopping:
         pipe.ask(target - pipe.asked)
         if not pipe.human:
@@ -661,6 +718,8 @@ def wait_for_labels(pipe: Pipeline, target: int) -> None:
         time.sleep(0.1)
     if pipe.human:
         pipe.announce_wait(None)
+    else:
+        pipe.progress(INITIAL_LABELS, pipe.n_answered(), target, "labels")
 
 
 def load_reward_model(pipe: Pipeline, run_dir: str) -> None:
@@ -737,20 +796,30 @@ def train_seed(cfg, prefs: dict, run) -> None:
                     pipe.store.add([seg])
                     pipe.model.observe(seg.obs)
         if pcfg.stage == "gather":
+            pipe.end_phase()
             pipe.publish()
             run.log(0)
             return
 
         # 2. pretraining on the labels so far
         if not pipe.frozen and pcfg.stage in ("full", "pretrain"):
-            left = pcfg.pretrain_updates
+            total, done = pcfg.pretrain_updates, [0]
+
+            def pretrain_progress():
+                done[0] += 1
+                pipe.progress("pretraining the reward model", done[0], total, "updates")
+
+            if total > 0:
+                pipe.progress("pretraining the reward model", 0, total, "updates")
+            left = total
             while left > 0 and not run.stopping:
                 n = min(left, pcfg.round_updates)
-                pipe.train_round(n)
+                pipe.train_round(n, pretrain_progress)
                 left -= n
                 pipe.publish()
                 run.log(0)
             save_reward_model(pipe, folder)
+        pipe.end_phase()
         if pcfg.stage == "pretrain":
             return
         if pipe.model.updates == 0 and not pipe.frozen:

@@ -3,8 +3,9 @@ agent-step budget. Precedence as for `backflip train`: these < `--config FILE` <
 
 Each carries `task`, the one line the labeling page shows a person: what makes a clip better.
 
-Atari entries (Pong, Enduro) are the paper's configuration and are GPU-scale: the paper's reward
-CNN does ~0.4 updates/s on this 2-core CPU, so they are documented, not tested here.
+Atari (Pong, Enduro) has two: `cpu` (the default; budgets a 2-core CPU runs in hours) and
+`paper` (Christiano et al.'s settings, GPU-scale), chosen with `backflip prefs train --preset`;
+docs/preferences.md says why each CPU setting is what it is.
 """
 
 from __future__ import annotations
@@ -64,32 +65,71 @@ PRESETS: dict[str, dict] = {
             "selection": "disagreement",
         },
     },
-    # The paper's Atari settings (GPU-scale; not run on CI): 25-step segments, 500 initial labels
-    # from a random policy, 200 epochs of pretraining, dropout 0.5, reward std 0.05.
-    "PongNoFrameskip-v4": {
-        "steps": 10_000_000,
-        "policy": {"ppo": {}},
-        "prefs": {
-            "task": "win points: you are the green paddle (right); get the ball past the orange one",
-            "labels": 5500,
-            "initial_frac": 0.09,
-            "dropout": 0.5,
-            "reward_std": 0.05,
-            "pretrain_updates": 20000,
-            "selection": "disagreement",
-        },
-    },
-    "EnduroNoFrameskip-v4": {
-        "steps": 10_000_000,
-        "policy": {"ppo": {}},
-        "prefs": {
-            "task": "drive fast and pass as many cars as possible without hitting them",
-            "labels": 5500,
-            "initial_frac": 0.09,
-            "dropout": 0.5,
-            "reward_std": 0.05,
-            "pretrain_updates": 20000,
-            "selection": "disagreement",
-        },
+    # Atari on a CPU (docs/preferences.md, "Atari on a CPU"): see CPU_ATARI below
+    "PongNoFrameskip-v4": {},
+    "EnduroNoFrameskip-v4": {},
+}
+
+# The paper's Atari settings (GPU-scale): 25-step segments, 500 of 5,500 labels from a random
+# policy, long pretraining, dropout 0.5, reward std 0.05, queries by disagreement. On this
+# project's 2-core CPU the paper's reward CNN did ~0.13 updates/s before the fast paths: 20,000
+# pretraining updates were ~40 hours. `--preset paper` (the default with `--set device=cuda`).
+PAPER_ATARI = {
+    "steps": 10_000_000,
+    "policy": {"ppo": {}},
+    "prefs": {
+        "labels": 5500,
+        "initial_frac": 0.09,
+        "dropout": 0.5,
+        "reward_std": 0.05,
+        "pretrain_updates": 20000,
+        "selection": "disagreement",
     },
 }
+# A CPU's budget: fewer labels and steps, the same reward CNN trained on every 4th step of each
+# segment, shorter pretraining (each choice justified in docs/preferences.md).
+CPU_ATARI = {
+    "steps": 2_000_000,
+    "policy": {"ppo": {}},
+    "prefs": {
+        "labels": 1500,
+        "initial_frac": 0.2,
+        "dropout": 0.5,
+        "reward_std": 0.05,
+        "frame_stride": 4,
+        "pretrain_updates": 150,
+        "rm_updates_per_kstep": 1.0,
+        "round_updates": 100,
+        "eval_pairs": 64,
+        "store_size": 400,
+        "buffer_labels": 1500,
+        "selection": "disagreement",
+        "oversample": 4,
+        "tick_steps": 16384,
+    },
+}
+TASKS = {
+    "PongNoFrameskip-v4": "win points: you are the green paddle (right); get the ball past the "
+    "orange one",
+    "EnduroNoFrameskip-v4": "drive fast and pass as many cars as possible without hitting them",
+}
+PAPER: dict[str, dict] = {}
+for _env, _task in TASKS.items():
+    PRESETS[_env] = {**CPU_ATARI, "prefs": {**CPU_ATARI["prefs"], "task": _task}}
+    PAPER[_env] = {**PAPER_ATARI, "prefs": {**PAPER_ATARI["prefs"], "task": _task}}
+
+PRESET_NAMES = ("cpu", "paper")
+
+
+def preset_for(env_id: str, name: str = "cpu") -> dict:
+    """The preset `name` for `env_id`: `cpu` (every env's default, sized for a CPU) or `paper`
+    (the paper's GPU-scale settings, where there are some). An env without one gets {}."""
+    if name == "paper":
+        if env_id not in PAPER:
+            from backflip.errors import UserError
+
+            raise UserError(
+                f"no paper preset for {env_id} (there are for {', '.join(sorted(PAPER))})"
+            )
+        return PAPER[env_id]
+    return PRESETS.get(env_id, {})

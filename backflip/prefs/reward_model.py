@@ -75,6 +75,14 @@ class PairDropout(nn.Module):
             return x
         if x.dim() < 2 or x.shape[1] != 2:
             raise ValueError("PairDropout in training mode expects (B, 2, ...) pairs")
+        if x.dim() == 6 and x.stride(3) == 1 and x.shape[3] > 1:
+            # channels-last feature maps (B, 2, L, C, H, W): draw the mask in the same layout
+            # and scale it, so the product keeps that layout (no copies around the convolutions)
+            b, _, length, c, h, w = x.shape
+            u = torch.rand(b, 1, length, h, w, c, dtype=x.dtype, device=x.device)
+            keep = u.movedim(-1, 3) >= self.p
+            self.last_mask = keep
+            return x * keep.to(x.dtype).mul_(1 / (1 - self.p))
         keep = torch.rand_like(x[:, :1]) >= self.p
         self.last_mask = keep
         return x * keep / (1 - self.p)
@@ -99,10 +107,16 @@ class RewardNet(nn.Module):
     """
 
     def __init__(
-        self, obs_shape: tuple[int, ...], act_dim: int, hidden=(64, 64), dropout: float = 0.0
+        self,
+        obs_shape: tuple[int, ...],
+        act_dim: int,
+        hidden=(64, 64),
+        dropout: float = 0.0,
+        channels_last: bool = True,
     ):
         super().__init__()
         self.image = len(obs_shape) == 3
+        self.channels_last = channels_last
         act = nn.LeakyReLU(0.01)
         if self.image:
             c = obs_shape[0]
@@ -111,6 +125,8 @@ class RewardNet(nn.Module):
                 layers += [nn.Conv2d(c, 16, k, s), PairBatchNorm2d(16), act, PairDropout(dropout)]
                 c = 16
             self.convs = nn.ModuleList(layers)
+            if channels_last:
+                self.convs.to(memory_format=torch.channels_last)
             with torch.no_grad():
                 n_feat = self._conv(torch.zeros(1, 2, 1, *obs_shape)).shape[-1]
             sizes = [n_feat + act_dim, hidden[0]]
@@ -123,12 +139,17 @@ class RewardNet(nn.Module):
         self.body = nn.Sequential(*body)
 
     def _conv(self, obs: torch.Tensor) -> torch.Tensor:
+        """Features (*lead, n) of frames (*lead, C, H, W). The layers run on one (N, C, H, W)
+        batch (channels-last: oneDNN's fast layout, above all for the first layer's weight
+        gradient); dropout sees the pair axis again, to share its mask within a pair."""
         lead = obs.shape[:-3]
-        x = obs
+        x = obs.reshape(-1, *obs.shape[-3:])
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         for layer in self.convs:
-            if isinstance(layer, nn.Conv2d):  # convolutions want (N, C, H, W)
-                y = layer(x.reshape(-1, *x.shape[-3:]))
-                x = y.reshape(*lead, *y.shape[1:])
+            if isinstance(layer, PairDropout):
+                if layer.training and layer.p > 0:
+                    x = layer(x.reshape(*lead, *x.shape[1:])).reshape(-1, *x.shape[1:])
             else:
                 x = layer(x)
         return x.reshape(*lead, -1)
@@ -154,9 +175,12 @@ class RewardModel:
         noise: float = 0.1,
         reward_std: float = 1.0,
         rng: np.random.Generator | None = None,
+        frame_stride: int = 1,
         use_actions: bool = True,
     ):
         self.obs_shape = tuple(obs_space.shape)
+        self.image = len(self.obs_shape) == 3
+        self.frame_stride = frame_stride
         self.discrete = hasattr(act_space, "n")
         self.act_space = act_space
         # without actions the model is r̂(o): a judgement of states alone (prefs.reward_input)
@@ -174,11 +198,19 @@ class RewardModel:
         self.batch_size, self.noise, self.reward_std = batch_size, noise, reward_std
         self.rng = rng or np.random.default_rng(0)
         self.updates = 0
+        self._fused: tuple[int, FusedCNN] | None = None  # (updates when built, the fused CNNs)
 
     # -- inputs --------------------------------------------------------------------------------
 
     def observe(self, obs: np.ndarray) -> None:
         """Update the input normalizer with a batch of raw observations (N, *obs_shape)."""
+        obs = np.asarray(obs)
+        if obs.dtype == np.uint8 and len(obs):  # frames: float64 moments without a float64 copy
+            obs = obs.reshape(-1, *self.obs_shape)  # (E[x^2] - E[x]^2 is exact enough for bytes)
+            mean = obs.mean(0, dtype=np.float64)
+            square = np.square(obs, dtype=np.uint16).mean(0, dtype=np.float64)
+            self.obs_rms.update_from_moments(mean, np.maximum(square - mean**2, 0.0), len(obs))
+            return
         self.obs_rms.update(np.asarray(obs, np.float64).reshape(-1, *self.obs_shape))
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
@@ -188,8 +220,19 @@ class RewardModel:
         return np.clip(o, -5, 5)
 
     def encode(self, obs: np.ndarray, act: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalized observations and encoded actions (one-hot, or scaled to [-1, 1])."""
-        o = torch.as_tensor(self.normalize_obs(obs), dtype=torch.float32)
+        """Normalized observations and encoded actions (one-hot, or scaled to [-1, 1]).
+
+        Images are normalized in float32 by torch (a batch of 32 Atari pairs is 45M pixels:
+        NumPy's float64 took ~0.5 s of it); vectors keep the float64 path their results were
+        recorded with."""
+        if self.image:  # channels-last: the frames are permuted once, as uint8 (4x less to move)
+            mean, inv_std = self._image_stats()
+            raw = torch.as_tensor(np.asarray(obs))
+            lead, frame = raw.shape[:-3], raw.shape[-3:]
+            o = raw.reshape(-1, *frame).contiguous(memory_format=torch.channels_last)
+            o = o.to(torch.float32).sub_(mean).mul_(inv_std).clamp_(-5, 5).view(*lead, *frame)
+        else:
+            o = torch.as_tensor(self.normalize_obs(obs), dtype=torch.float32)
         if not self.use_actions:  # an empty action encoding: r̂(o)
             return o, o.new_zeros((*o.shape[: o.dim() - len(self.obs_shape)], 0))
         if self.discrete:
@@ -201,6 +244,18 @@ class RewardModel:
             a = torch.as_tensor(scaled, dtype=torch.float32).reshape(*np.shape(act)[:-1], -1)
         return o, a
 
+    def _image_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The input normalizer's mean and 1/std as float32 tensors, cached while its arrays
+        are the same objects (every update and load replaces them)."""
+        rms, cached = self.obs_rms, getattr(self, "_stats_cache", None)
+        if cached is None or cached[0] is not rms.mean or cached[1] is not rms.var:
+            cl = torch.channels_last  # (1, C, H, W) in the layout of the batches they meet
+            mean = torch.as_tensor(rms.mean, dtype=torch.float32)[None].contiguous(memory_format=cl)
+            inv_std = torch.as_tensor(1 / np.sqrt(rms.var + 1e-8), dtype=torch.float32)[None]
+            inv_std = inv_std.contiguous(memory_format=cl)
+            self._stats_cache = cached = (rms.mean, rms.var, mean, inv_std)
+        return cached[2], cached[3]
+
     # -- training ------------------------------------------------------------------------------
 
     def pair_returns(self, net: RewardNet, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
@@ -208,16 +263,29 @@ class RewardModel:
         return net(obs, act).sum(-1)
 
     def train_step(self, pairs: PairSet) -> float:
-        """One Adam step per member on a minibatch drawn with its bootstrap weights."""
+        """One Adam step per member on a minibatch drawn with its bootstrap weights.
+
+        With `frame_stride` k > 1 each minibatch sums r̂ over every k-th step of its segments,
+        from one random offset o, times k: k·Σ_{t ≡ o (mod k)} r̂_t, whose mean over the offsets
+        is the segment's return Σ_t r̂_t, so the loss's argument is an unbiased estimate of the
+        paper's at 1/k of the frames (a random temporal crop, as SURF's). With Atari's 4 stacked
+        frames, k = 4 still shows the network every frame of the segment once. Validation,
+        query selection and the policy's reward always use every step.
+        """
         losses = []
+        k_stride = self.frame_stride
+        offset = int(self.rng.integers(k_stride)) if k_stride > 1 else 0
         for k, (net, opt) in enumerate(zip(self.nets, self.opts, strict=True)):
             net.train()
             w = pairs.weights[pairs.train, k]
             if w.sum() == 0:
                 continue
             idx = self.rng.choice(pairs.train, size=self.batch_size, p=w / w.sum())
-            obs, act, mu = pairs.batch(idx, self)
-            loss = preference_loss(self.pair_returns(net, obs, act), mu, self.noise).mean()
+            obs, act, mu = pairs.batch(idx, self, offset, k_stride)
+            returns = self.pair_returns(net, obs, act)
+            if k_stride > 1:
+                returns = returns * k_stride
+            loss = preference_loss(returns, mu, self.noise).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -231,13 +299,14 @@ class RewardModel:
         losses, accs = np.zeros(len(self.nets)), np.full(len(self.nets), np.nan)
         if len(idx) == 0:
             return np.full(len(self.nets), np.nan), accs
-        for start in range(0, len(idx), 256):
-            chunk = idx[start : start + 256]
+        step = 16 if self.image else 256  # 16 Atari pairs are 800 frames, 90 MB as floats
+        for start in range(0, len(idx), step):
+            chunk = idx[start : start + step]
             obs, act, mu = pairs.batch(chunk, self)
             clear = mu != 0.5
-            for k, net in enumerate(self.nets):
-                net.eval()
-                ret = self.pair_returns(net, obs, act)
+            rets = self._all_members(obs, act).sum(-1)  # (members, B, 2)
+            for k in range(len(self.nets)):
+                ret = rets[k]
                 losses[k] += float(preference_loss(ret, mu, self.noise).sum())
                 right = ((ret[:, 0] > ret[:, 1]).float() == mu)[clear]
                 accs[k] = (0 if np.isnan(accs[k]) else accs[k]) + float(right.sum())
@@ -260,27 +329,48 @@ class RewardModel:
     @torch.no_grad()
     def calibrate(self, obs: np.ndarray, act: np.ndarray) -> None:
         """Per-member output offset and scale over recent experience (obs, act)."""
-        o, a = self.encode(obs, act)
-        for k, net in enumerate(self.nets):
-            net.eval()
-            r = net(o, a).numpy()
+        for k, r in enumerate(self.raw_outputs(obs, act).numpy()):
             self.out_mean[k], self.out_std[k] = r.mean(), max(r.std(), 1e-6)
+
+    @torch.no_grad()
+    def raw_outputs(self, obs: np.ndarray, act: np.ndarray) -> torch.Tensor:
+        """(members, *lead) raw outputs for raw inputs (*lead, ...), encoded in chunks of the
+        first axis small enough that images stay ~100 MB as floats."""
+        per_item = int(np.prod(np.shape(obs)[1:])) // max(1, int(np.prod(self.obs_shape)))
+        step = max(1, 1024 // max(1, per_item)) if self.image else len(obs) or 1
+        out = []
+        for start in range(0, max(len(obs), 1), step):
+            o, a = self.encode(obs[start : start + step], act[start : start + step])
+            out.append(self._all_members(o, a))
+        return out[0] if len(out) == 1 else torch.cat(out, 1)
+
+    def _all_members(self, o: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """(members, *lead) raw outputs in eval mode for encoded inputs (*lead, ...). CNN
+        ensembles go through `FusedCNN` (built again after training steps), MLPs member by
+        member (the path their recorded results used)."""
+        if not self.image:
+            out = []
+            for net in self.nets:
+                net.eval()
+                out.append(net(o, a))
+            return torch.stack(out)
+        if self._fused is None or self._fused[0] != self.updates:
+            for net in self.nets:
+                net.eval()
+            self._fused = (self.updates, FusedCNN(self.nets))
+        return self._fused[1](o, a)
 
     # -- using it ------------------------------------------------------------------------------
 
     @torch.no_grad()
     def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         """(members, N) normalized rewards of N steps."""
-        o, a = self.encode(obs, act)
         fused = getattr(self, "fused", None)
         if fused is not None:
+            o, a = self.encode(obs, act)
             raw = fused(torch.cat([o, a], -1)).numpy()
         else:
-            raw = []
-            for net in self.nets:
-                net.eval()
-                raw.append(net(o, a).numpy())
-            raw = np.stack(raw)
+            raw = self.raw_outputs(obs, act).numpy()
         return (raw - self.out_mean[:, None]) / self.out_std[:, None]
 
     def reward(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
@@ -295,13 +385,8 @@ class RewardModel:
         """
         obs = np.stack([left[0], right[0]], 1)
         act = np.stack([left[1], right[1]], 1)
-        o, a = self.encode(obs, act)
-        probs = []
-        for net in self.nets:
-            net.eval()
-            ret = self.pair_returns(net, o, a)
-            probs.append(torch.sigmoid(ret[:, 0] - ret[:, 1]).numpy())
-        return np.stack(probs)
+        ret = self.raw_outputs(obs, act).sum(-1)  # (members, B, 2)
+        return torch.sigmoid(ret[..., 0] - ret[..., 1]).numpy()
 
     def preference_variance(self, left, right) -> np.ndarray:
         """Variance across members of P̂[left ≻ right] for candidate pairs (disagreement)."""
@@ -315,6 +400,8 @@ class RewardModel:
         twin.obs_rms = copy.deepcopy(self.obs_rms)
         twin.out_mean, twin.out_std = self.out_mean.copy(), self.out_std.copy()
         twin.fused = None if twin.nets[0].image else FusedMLP(twin.nets)
+        twin._fused = (twin.updates, FusedCNN(twin.nets)) if twin.image else None
+        twin._stats_cache = None
         return twin
 
     def state_dict(self) -> dict:
@@ -334,6 +421,7 @@ class RewardModel:
         self.obs_rms.load_state_dict(state["obs_rms"])
         self.out_mean, self.out_std = np.array(state["out_mean"]), np.array(state["out_std"])
         self.updates = int(state["updates"])
+        self._fused = None
 
 
 class FusedMLP:
@@ -356,13 +444,90 @@ class FusedMLP:
         ]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, in) -> (members, N)."""
-        h = x.expand(len(self.weights[0]), -1, -1)
+        """(N, in) -> (members, N), or per-member inputs (members, N, in) -> (members, N)."""
+        h = x.expand(len(self.weights[0]), -1, -1) if x.dim() == 2 else x
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = torch.baddbmm(b, h, w)
             if i < len(self.weights) - 1:
                 h = torch.nn.functional.leaky_relu(h, 0.01)
         return h.squeeze(-1)
+
+
+class FusedCNN:
+    """The members' CNNs in eval mode as one network (inference only: the policy's reward,
+    calibration, validation and query selection).
+
+    Batchnorm in eval mode is an affine map per channel, folded into the convolution before it
+    (w·γ/√(v + ε), (b − m)·γ/√(v + ε) + β); dropout is the identity. The first layer's members
+    all read the same frames, so their filters are concatenated into one convolution with
+    members × 16 outputs; the later layers are grouped convolutions (one group per member),
+    and the dense layers `FusedMLP`'s batched matmuls. So the whole ensemble is four
+    convolutions and two matmuls per batch, whatever the number of members, instead of
+    members × 13 modules (equal to the members one by one up to float rounding; tested).
+    """
+
+    def __init__(self, nets: list[RewardNet]):
+        self.members = len(nets)
+        self.channels_last = nets[0].channels_last
+        self.layers: list[tuple[torch.Tensor, torch.Tensor, int, int]] = []
+        convs = [[m for m in n.convs if isinstance(m, nn.Conv2d)] for n in nets]
+        norms = [[m for m in n.convs if isinstance(m, nn.BatchNorm2d)] for n in nets]
+        for i in range(len(convs[0])):
+            ws, bs = [], []
+            for conv, bn in zip((c[i] for c in convs), (b[i] for b in norms), strict=True):
+                scale = bn.weight.detach() / torch.sqrt(bn.running_var + bn.eps)
+                ws.append(conv.weight.detach() * scale[:, None, None, None])
+                bs.append((conv.bias.detach() - bn.running_mean) * scale + bn.bias.detach())
+            w = torch.cat(ws)
+            if self.channels_last:
+                w = w.contiguous(memory_format=torch.channels_last)
+            groups = 1 if i == 0 else self.members
+            self.layers.append((w, torch.cat(bs), convs[0][i].stride[0], groups))
+        self.mlp = FusedMLP(nets)
+
+    def __call__(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """Encoded frames (*lead, C, H, W) and actions (*lead, A) -> (members, *lead)."""
+        lead = obs.shape[:-3]
+        x = obs.reshape(-1, *obs.shape[-3:])
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        for w, b, stride, groups in self.layers:
+            x = nn.functional.conv2d(x, w, b, stride, groups=groups)
+            x = nn.functional.leaky_relu(x, 0.01)
+        n, m = x.shape[0], self.members
+        feat = x.reshape(n, m, -1).transpose(0, 1)  # each member's (C, H, W) flattened
+        a = act.reshape(n, -1).expand(m, n, -1)
+        return self.mlp(torch.cat([feat, a], -1)).reshape(m, *lead)
+
+
+class StackedFrames:
+    """A segment's observations, kept as its distinct frames when they are stacked frames.
+
+    Atari observations are the last k frames (k, H, W), so consecutive observations of a
+    segment (which never crosses an episode end) share k − 1 frames: (L, k, H, W) is held as
+    the L + k − 1 frames (4x less memory for 25 steps of 4 frames: 0.7 MB -> 0.2 MB per
+    segment, and a pair set holds up to 2 × `buffer_labels` of them). `obs` gives the
+    (L, k, H, W) observations back, as a view. Other observations are kept as they are.
+    """
+
+    __slots__ = ("frames", "k", "raw")
+
+    def __init__(self, obs: np.ndarray):
+        obs = np.asarray(obs)
+        self.raw, self.frames, self.k = obs, None, 0
+        if obs.ndim == 4 and obs.shape[1] > 1 and np.array_equal(obs[1:, :-1], obs[:-1, 1:]):
+            self.frames, self.k, self.raw = (
+                np.concatenate([obs[0], obs[1:, -1]]),
+                obs.shape[1],
+                None,
+            )
+
+    @property
+    def obs(self) -> np.ndarray:
+        if self.frames is None:
+            return self.raw
+        window = np.lib.stride_tricks.sliding_window_view(self.frames, self.k, axis=0)
+        return window.transpose(0, 3, 1, 2)  # (L, H, W, k) -> (L, k, H, W)
 
 
 class PairSet:
@@ -397,7 +562,8 @@ class PairSet:
                 )
             for sid in (left, right):
                 if sid not in self.segments:
-                    self.segments[sid] = load_segment(sid)
+                    obs, actions = load_segment(sid)
+                    self.segments[sid] = (StackedFrames(obs), actions)
         self.query_ids = [r[0] for r in rows]
         self.left = [r[1] for r in rows]
         self.right = [r[2] for r in rows]
@@ -419,17 +585,26 @@ class PairSet:
     def val(self) -> np.ndarray:
         return np.flatnonzero(self.is_val)
 
-    def batch(self, idx, model: RewardModel):
-        """(obs (B, 2, L, ...), actions, mu (B,)) tensors for pairs `idx`, encoded by `model`."""
+    def batch(self, idx, model: RewardModel, offset: int = 0, stride: int = 1):
+        """(obs (B, 2, L, ...), actions, mu (B,)) tensors for pairs `idx`, encoded by `model`;
+        with `stride` > 1 only steps offset, offset + stride, ... of each segment."""
+        steps = slice(offset, None, stride)
         obs = np.stack(
             [
-                np.stack([self.segments[self.left[i]][0], self.segments[self.right[i]][0]])
+                np.stack(
+                    [
+                        self.segments[self.left[i]][0].obs[steps],
+                        self.segments[self.right[i]][0].obs[steps],
+                    ]
+                )
                 for i in idx
             ]
         )
         act = np.stack(
             [
-                np.stack([self.segments[self.left[i]][1], self.segments[self.right[i]][1]])
+                np.stack(
+                    [self.segments[self.left[i]][1][steps], self.segments[self.right[i]][1][steps]]
+                )
                 for i in idx
             ]
         )
