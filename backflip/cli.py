@@ -6,6 +6,7 @@ as one line (exit status 2), never as a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -49,12 +50,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_setting_warnings() -> None:
+    """A `config.SettingWarning` (an allowed but unusual value) prints as one `warning:` line."""
+    import warnings
+
+    from backflip.config import SettingWarning
+
+    default = warnings.showwarning
+    if getattr(default, "backflip", False):  # installed already (main called in-process)
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, SettingWarning):
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    show.backflip = True
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    _show_setting_warnings()
     try:
         return int(args.func(args) or 0)
     except UserError as e:
@@ -65,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `backflip runs | head`
         return 0
+    except OSError as e:  # a full disk: one line, not a traceback (the run records it too)
+        if e.errno != errno.ENOSPC:
+            raise
+        where = f": {e.filename}" if e.filename else ""
+        print(f"error: no space left on device{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,3 +19,8 @@ def did_you_mean(word: str, choices, n: int = 3) -> str:
     """' (did you mean X?)' for the closest matches of `word` in `choices`, or ''."""
     close = difflib.get_close_matches(word, list(choices), n=n, cutoff=0.6)
     return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+class NonFiniteError(RuntimeError):
+    """A value became NaN or infinite in training (an observation, a reward, a logged loss): it
+    stops the seed (unless doctor.stop_on_nan=false), which records the message as its error."""

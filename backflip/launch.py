@@ -30,7 +30,15 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from backflip.returns import TRAINING_RETURN, TRUE_RETURN
-from backflip.runs.archive import now_iso, read_json, seed_dir, write_json
+from backflip.runs.archive import (
+    NO_SPACE,
+    STATUS_RESERVE,
+    is_enospc,
+    now_iso,
+    read_json,
+    seed_dir,
+    write_json,
+)
 from backflip.summary import status_text
 
 PROGRESS_EVERY_S = 0.5
@@ -112,7 +120,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         status["wall_s_before"] = before["wall_s"]
         # rows after the checkpoint are redone
         truncate_logs(folder, int(checkpoint["step"]), checkpoint.get("rows_until"))
-    write_json(folder / "status.json", status)
+    write_json(folder / "status.json", status, reserve=STATUS_RESERVE)  # room for the outcome
     t0 = time.perf_counter()
     run = None
     last_sent = [0.0]
@@ -145,7 +153,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         detail_keys.clear()
         detail_keys.update(detail)
         status.update(detail, status=state)
-        write_json(folder / "status.json", status)
+        write_json(folder / "status.json", status, reserve=STATUS_RESERVE)
         send("status", job.seed, status_text(status))
 
     try:
@@ -193,9 +201,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     except NonFiniteError as e:
         status.update(status="failed", error=str(e), traceback=traceback.format_exc())
     except BaseException as e:  # noqa: BLE001 — any crash is recorded, never lost
-        status.update(
-            status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()
-        )
+        status.update(status="failed", error=failure_text(e, run), traceback=traceback.format_exc())
     finally:
         if handle_signals:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -203,7 +209,9 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         if run is not None:
             try:
                 run.close()
-            except Exception:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 — the outcome is recorded whatever happens
+                if is_enospc(e) and status["status"] != "failed":
+                    status.update(status="failed", error=failure_text(e, run))
                 traceback.print_exc()
             status["steps"] = getattr(run, "step", 0)
             status.update({k: v for k, v in run.result.items() if k != "eval_returns"})
@@ -218,12 +226,52 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         status["cpu_s"] = before["cpu_s"] + t.user + t.system
         status.pop("wall_s_before", None)
         status["ended"] = now_iso()
+        write_status(folder, status)  # the small outcome first, then the traceback
         if status.get("traceback"):
-            (folder / "traceback.txt").write_text(status["traceback"])
             print(status["traceback"], file=sys.stderr, flush=True)
-        write_json(folder / "status.json", status)
+            try:
+                (folder / "traceback.txt").write_text(status["traceback"])
+            except OSError:  # a full disk: status.json and stderr.log have it
+                (folder / "traceback.txt").unlink(missing_ok=True)
         send("done", job.seed, status)
     return status
+
+
+def write_status(folder: Path, status: dict) -> None:
+    """A seed's status.json; on a full disk without its traceback if the whole one does not fit
+    (the launcher also has it in memory: the `done` message)."""
+    try:
+        write_json(folder / "status.json", status)
+    except OSError as e:
+        if not is_enospc(e):
+            raise
+        slim = {k: v for k, v in status.items() if k != "traceback"}
+        try:
+            write_json(folder / "status.json", slim)
+        except OSError:
+            print("could not record the outcome in status.json: disk full", file=sys.stderr)
+
+
+# torch's words when a distribution gets NaN or infinite parameters (the policy's output)
+TORCH_NONFINITE = ("probability tensor contains", "expected parameter", "found invalid values")
+
+
+def failure_text(e: BaseException, run) -> str:
+    """The error a failed seed records: no space left on device (a full disk), a non-finite
+    policy output named as such (torch says only that a tensor holds NaN), or the exception."""
+    if is_enospc(e):
+        return f"{NO_SPACE}{f' ({e.filename})' if e.filename else ''}"
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, ValueError | RuntimeError) and any(
+        w in str(e).lower() for w in TORCH_NONFINITE
+    ):
+        step = getattr(run, "step", None)
+        at = f" after env step {step:,}" if isinstance(step, int) else ""
+        return (
+            f"non-finite policy output{at}: the network's parameters or inputs became NaN or "
+            f"infinite (an update blew up: lower the learning rate, clip gradients) — {text}"
+        )
+    return text
 
 
 def _child(job: SeedJob, conn) -> None:
@@ -375,6 +423,7 @@ def run_seeds(jobs: list[SeedJob], workers: int, progress: bool = True) -> dict[
 def _run_jobs_local(jobs: list[SeedJob], workers: int, display: Display) -> dict[int, dict]:
     ctx = _context()
     pending, active, done = list(range(len(jobs))), {}, {}
+    reported: dict[int, dict] = {}  # each job's outcome as its process sent it
     stopping = False
 
     def on_signal(signum, frame):
@@ -413,6 +462,8 @@ def _run_jobs_local(jobs: list[SeedJob], workers: int, display: Display) -> dict
                     msg = r.recv()
                 except (EOFError, OSError):
                     continue
+                if msg[0] == "done":  # kept: a full disk may have kept it off status.json
+                    reported[owner[id(r)]] = msg[2]
                 display.message(owner[id(r)], msg)
             for i, (proc, reader) in list(active.items()):
                 if proc.is_alive():
@@ -420,7 +471,7 @@ def _run_jobs_local(jobs: list[SeedJob], workers: int, display: Display) -> dict
                 proc.join()
                 reader.close()
                 del active[i]
-                done[i] = final_status(jobs[i], proc.exitcode)
+                done[i] = final_status(jobs[i], proc.exitcode, reported=reported.get(i))
                 display.finished(i, done[i])
     finally:
         for s, handler in old.items():
@@ -444,14 +495,21 @@ def mark_not_started(job: SeedJob) -> dict:
     return status
 
 
-def final_status(job: SeedJob, exitcode: int | None, why: str | None = None) -> dict:
+def final_status(
+    job: SeedJob, exitcode: int | None, why: str | None = None, reported: dict | None = None
+) -> dict:
     """The seed's status.json, repaired when its process died without writing the outcome
-    (`archive.close_dead_seed`: failed, with the steps its metrics show)."""
+    (`archive.close_dead_seed`: failed, with the steps its metrics show), or could not (a full
+    disk: `reported` is the outcome the process sent, written here)."""
     from backflip.runs.archive import close_dead_seed, seed_status
 
     run_dir = Path(job.run_dir)
     status = seed_status(run_dir, job.seed)
-    if status.get("status") in ("running", "waiting", "pending", "unknown", "missing"):
+    unfinished = ("running", "waiting", "pending", "unknown", "missing")
+    if status.get("status") in unfinished and reported is not None:
+        status = reported
+        write_status(seed_dir(run_dir, job.seed), status)
+    if status.get("status") in unfinished:
         if not why:
             if exitcode is not None and exitcode < 0:
                 sig = signal.Signals(-exitcode).name
@@ -499,12 +557,15 @@ def launch_runs(
     is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
     every stored config (`prefs` for a preference-learning run), or, as a list, to each config
     its own (preference runs with different pipeline settings in one pool)."""
+    from backflip.config import check_tags
     from backflip.runs.archive import create_run, finalize_run
 
     workers = max(1, workers or os.cpu_count() or 1)
     n = len(cfgs)
     messages = messages or [""] * n
     tags = tags or [[] for _ in range(n)]
+    for tag in tags:  # before any run exists
+        check_tags(tag)
     labels = labels or [""] * n
     extras = extra if isinstance(extra, list) else [extra or {}] * n
     run_dirs, jobs = [], []
@@ -543,6 +604,10 @@ def diagnose_finished(run_dir: Path) -> list[dict]:
         return [f.to_dict() for f in diagnose_run_dir(Path(run_dir))]
     except UserError:  # no seed wrote metrics (all failed at once): nothing to diagnose
         return []
+    except OSError as e:
+        if not is_enospc(e):
+            raise
+        return []  # findings.json could not be written: `backflip doctor ID` later
     except Exception as e:  # noqa: BLE001 — a doctor bug must never cost a finished run
         traceback.print_exc()
         return [

@@ -15,6 +15,7 @@ final checkpoint. Nothing in here calls back into the algorithm.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import random
@@ -27,13 +28,20 @@ import torch
 
 from backflip.config import TrainConfig, check_device
 from backflip.envs import make_vec
+from backflip.envs.wrappers import FiniteObservations
+from backflip.errors import NonFiniteError
 from backflip.telemetry import Telemetry
 
 EVAL_SEED_OFFSET = 500  # evaluation env copies never share seeds with training copies
 
 
-class NonFiniteError(RuntimeError):
-    """A logged value became NaN or infinite (stops the seed unless doctor.stop_on_nan=false)."""
+def disk_full(folder: Path, below: int = 1 << 16) -> bool:
+    """Whether the filesystem of `folder` has less than `below` bytes left for this user."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < below
 
 
 def seed_everything(seed: int) -> None:
@@ -136,9 +144,16 @@ class SeedRun:
     def make_vec(self, num_envs: int):
         """The algorithm's training envs: `num_envs` copies of the run's env (NEXT_STEP
         autoreset, `backflip.envs.make_vec`), wrapped by `vec_wrappers` in order."""
-        envs = make_vec(self.env_id, num_envs, self.env_opts)
+        envs = self._checked(make_vec(self.env_id, num_envs, self.env_opts))
         for wrap in self.vec_wrappers:
             envs = wrap(envs)
+        return envs
+
+    def _checked(self, envs):
+        """With doctor.stop_on_nan, a NaN or infinite observation stops the seed at once, naming
+        the env copy and the element, before the network turns it into a torch error."""
+        if self.cfg.doctor.stop_on_nan and FiniteObservations.applies(envs):
+            return FiniteObservations(envs)
         return envs
 
     def register_replay(self, buffer, env_action: Callable | None = None) -> None:
@@ -237,8 +252,8 @@ class SeedRun:
         """
         t0 = time.perf_counter()
         if self._eval_envs is None:
-            self._eval_envs = make_vec(
-                self.env_id, self.opts.eval_episodes, self.env_opts, evaluation=True
+            self._eval_envs = self._checked(
+                make_vec(self.env_id, self.opts.eval_episodes, self.env_opts, evaluation=True)
             )
         with torch.inference_mode():
             rets, lens = evaluate(
@@ -314,8 +329,15 @@ class SeedRun:
             },
         }
         tmp = path.with_suffix(".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
+        try:
+            torch.save(payload, tmp)
+            os.replace(tmp, path)
+        except RuntimeError as e:  # torch's zip writer hides ENOSPC ("unexpected pos 64 vs 0")
+            if disk_full(folder):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from e
+            raise
+        finally:  # a full disk leaves no partial checkpoint behind
+            tmp.unlink(missing_ok=True)
         self.result["checkpoint"] = str(path)
         return path
 

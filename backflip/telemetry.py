@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import io
 import itertools
 import math
 import os
@@ -76,6 +77,54 @@ def _masked_crc(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+class AppendFile:
+    """A file that only grows by whole records: what `add` gets is written by `write` in one
+    go, and if that fails (a full disk) the file is cut back to its last whole record and the
+    error raised, so a reader never sees half a row. Unbuffered: `write` is one `os.write`
+    (rarely more), as a 64 KiB buffer flushed once per row was."""
+
+    def __init__(self, path: Path, append: bool = False):
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        self.fd = os.open(path, flags, 0o644)
+        self.good = os.lseek(self.fd, 0, os.SEEK_END)  # bytes of whole records
+        self._pending: list[bytes] = []
+
+    def add(self, data: bytes) -> None:
+        self._pending.append(data)
+
+    def write(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError:
+            os.ftruncate(self.fd, self.good)  # drop the torn tail (O_APPEND: writes go on here)
+            raise
+        self.good += len(data)
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                self.write()
+            finally:
+                os.close(self.fd)
+                self.fd = -1
+
+
+def _csv_bytes(rows) -> bytes:
+    """Rows as CSV (the csv module's quoting and \r\n line ends), encoded."""
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    return buf.getvalue().encode()
+
+
 class EventFile:
     """A TensorBoard event file written synchronously, one record per `add`.
 
@@ -98,17 +147,17 @@ class EventFile:
             f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
             f"{os.getpid()}.{next(self._uid)}"
         )
-        self._file = open(folder / name, "wb")
+        self._file = AppendFile(folder / name)
         self.add(Event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def add(self, event) -> None:
         data = event.SerializeToString()
         header = struct.pack("<Q", len(data))
         crcs = struct.pack("<I", _masked_crc(header)), struct.pack("<I", _masked_crc(data))
-        self._file.write(b"".join((header, crcs[0], data, crcs[1])))
+        self._file.add(b"".join((header, crcs[0], data, crcs[1])))
 
     def flush(self) -> None:
-        self._file.flush()
+        self._file.write()
 
     def close(self) -> None:
         self._file.close()
@@ -164,17 +213,13 @@ class Telemetry:
         self._csv = self._episodes_csv = self._tb = None
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            mode = "a" if append else "w"
-            new = not append or not (self.out_dir / "metrics.csv").exists()
-            self._csv_file = open(self.out_dir / "metrics.csv", mode, newline="", buffering=1 << 16)
-            self._csv = csv.writer(self._csv_file)
-            if new:
-                self._csv.writerow(["step", "wall", "name", "value"])
-            new_ep = not append or not (self.out_dir / "episodes.csv").exists()
-            self._ep_file = open(self.out_dir / "episodes.csv", mode, newline="", buffering=1 << 16)
-            self._episodes_csv = csv.writer(self._ep_file)
-            if new_ep:
-                self._episodes_csv.writerow(["step", "return", "length"])
+            # whole rows only, even on a full disk (AppendFile)
+            self._csv = AppendFile(self.out_dir / "metrics.csv", append)
+            if self._csv.good == 0:
+                self._csv.add(b"step,wall,name,value\r\n")
+            self._episodes_csv = AppendFile(self.out_dir / "episodes.csv", append)
+            if self._episodes_csv.good == 0:
+                self._episodes_csv.add(b"step,return,length\r\n")
             if tensorboard and enabled:
                 self._tb = EventFile(self.out_dir / "tb")
         self._last_flush = time.monotonic()
@@ -242,8 +287,8 @@ class Telemetry:
         """Record one finished episode (always, even with telemetry off: it is the result)."""
         self.episodes.append((ret, length))
         self.n_episodes += 1
-        if self._episodes_csv is not None:
-            self._episodes_csv.writerow([step, repr(float(ret)), int(length)])
+        if self._episodes_csv is not None:  # written with the next metrics row
+            self._episodes_csv.add(f"{step},{float(ret)!r},{int(length)}\r\n".encode())
 
     # -- resume ------------------------------------------------------------------------------
 
@@ -358,7 +403,7 @@ class Telemetry:
             return
         wall = time.time()
         wall_str = f"{wall:.3f}"
-        self._csv.writerows([step, wall_str, k, repr(v)] for k, v in row.items())
+        self._csv.add(_csv_bytes([step, wall_str, k, repr(v)] for k, v in row.items()))
         self.rows_written += 1
         if self._tb is not None:
             from tensorboard.compat.proto.event_pb2 import Event
@@ -370,17 +415,17 @@ class Telemetry:
             self._tb.add(Event(wall_time=wall, step=step, summary=Summary(value=values)))
             self._tb.flush()
         # hand every row to the OS at once (survives the process being killed); fsync now and then
-        self._csv_file.flush()
-        self._ep_file.flush()
+        self._csv.write()
+        self._episodes_csv.write()
         if time.monotonic() - self._last_flush > 5.0:
             self.flush()
 
     def flush(self) -> None:
         if self._csv is None:
             return
-        self._csv_file.flush()
-        self._ep_file.flush()
-        os.fsync(self._csv_file.fileno())
+        self._csv.write()
+        self._episodes_csv.write()
+        self._csv.fsync()
         if self._tb is not None:
             self._tb.flush()
         self._last_flush = time.monotonic()
@@ -399,12 +444,17 @@ class Telemetry:
             self._statm = None
         if self._csv is None:
             return
-        self.flush()
-        self._csv_file.close()
-        self._ep_file.close()
-        if self._tb is not None:
-            self._tb.close()
+        files = [f for f in (self._csv, self._episodes_csv, self._tb) if f is not None]
         self._csv = None
+        try:
+            for f in files:  # metrics first: a row with its episodes
+                f.write() if isinstance(f, AppendFile) else f.flush()
+        finally:  # every descriptor is closed, even when the disk is full
+            for f in files:
+                try:
+                    f.close()
+                except OSError:
+                    pass
 
 
 # --- reading back -----------------------------------------------------------------------------
@@ -461,9 +511,12 @@ def truncate_logs(folder: str | Path, step: int, rows_until: int | None = None) 
             rows = list(csv.reader(f))
         kept = rows[:1] + [r for r in rows[1:] if _step_of(r) is not None and _step_of(r) <= limit]
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "w", newline="") as f:
-            csv.writer(f).writerows(kept)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", newline="") as f:
+                csv.writer(f).writerows(kept)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def last_logged(folder: str | Path, tail_bytes: int = 1 << 16) -> tuple[int, float | None]:

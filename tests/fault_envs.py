@@ -138,3 +138,45 @@ gym.register(
     max_episode_steps=50,
     kwargs={"frameskip": (2, 5), "repeat_action_probability": 0.25},
 )
+
+
+class NaNObservationAfter(gym.Env):
+    """Random observations in [-1, 1] until env step `after`, then NaN in element 1 (a broken
+    simulator): the seed must stop naming the observation, not with a torch error."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, after: int = 100):
+        self.after, self.count, self.t = after, 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 3).astype(np.float32), {}
+
+    def step(self, action):
+        self.count += 1
+        self.t += 1
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        if self.count > self.after:
+            obs[1] = np.nan
+        return obs, 1.0, self.t >= 20, False, {}
+
+
+class IntegerBoxActions(gym.Env):
+    """A Box action space of integers: no continuous policy can act in it."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(0, 5, (1,), np.int64)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, True, False, {}
+
+
+gym.register("NaNObservationAfter-v0", entry_point=NaNObservationAfter, max_episode_steps=20)
+gym.register("IntegerBoxActions-v0", entry_point=IntegerBoxActions, max_episode_steps=20)

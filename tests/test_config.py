@@ -43,7 +43,7 @@ def test_unknown_key_lists_valid_keys_and_suggests():
         ("norm_obs", "maybe", "boolean"),
         ("lr", "-1", "lr must be > 0"),
         ("gamma", "1.5", "gamma must be in (0, 1]"),
-        ("eval_episodes", "0", "eval_episodes must be >= 1"),
+        ("eval_episodes", "0", "eval_episodes must be in [1, 10000]"),
         ("device", "tpu", "device must be cpu or cuda"),
     ],
 )
@@ -101,3 +101,35 @@ def test_bare_keys_do_not_collide_between_algorithm_and_run_options():
     run_keys = {f.name for f in dataclasses.fields(RunOptions)}
     for a in ALGOS:
         assert not run_keys & {f.name for f in dataclasses.fields(get_algo(a).config)}, a
+
+
+def test_every_setting_has_a_domain():
+    """config.DOMAINS holds one for every number, word and size list of every algorithm and
+    section (booleans need none; device is checked by RunOptions)."""
+    import dataclasses
+    import typing
+
+    from backflip.algos import ALGOS, get_algo
+    from backflip.config import SECTIONS, UNBOUNDED, RunOptions, domain_of
+
+    for algo in ALGOS:
+        classes = [("", get_algo(algo).config), ("", RunOptions)]
+        classes += [(f"{name}.", cls) for name, cls in SECTIONS.items()]
+        for prefix, cls in classes:
+            hints = typing.get_type_hints(cls)
+            for f in dataclasses.fields(cls):
+                key = prefix + f.name
+                if hints[f.name] is bool or key in UNBOUNDED:
+                    continue
+                assert domain_of(key, algo) is not None, f"{algo}: {key} has no domain"
+
+
+def test_every_preset_and_ablation_is_inside_the_domains():
+    from backflip.algos import ALGOS, get_algo
+
+    for algo in ALGOS:
+        spec = get_algo(algo)
+        for env in spec.presets:
+            resolve(algo, env, [0], None)
+        for off in getattr(spec.module, "ABLATIONS", {}).values():
+            resolve(algo, "CartPole-v1", [0], None, set_values=dict(off))

@@ -90,8 +90,7 @@ def test_event_records_are_the_bytes_tensorboards_own_writer_writes(tmp_path):
     for e in events:
         RecordWriter(theirs).write(e.SerializeToString())
     ours = EventFile(tmp_path)
-    ours._file.seek(0)
-    ours._file.truncate()
+    ours._file._pending.clear()  # drop the file-version event it starts with (not written yet)
     for e in events:
         ours.add(e)
     ours.close()

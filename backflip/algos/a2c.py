@@ -94,27 +94,6 @@ class Config:
     log_interval: int = 2000
     """env steps between metrics rows (rounded up to whole rollouts)"""
 
-    def __post_init__(self):
-        from backflip.errors import UserError
-
-        checks = {
-            "num_envs must be >= 1": self.num_envs >= 1,
-            "num_steps must be >= 1": self.num_steps >= 1,
-            "gamma must be in (0, 1]": 0 < self.gamma <= 1,
-            "gae_lambda must be in [0, 1]": 0 <= self.gae_lambda <= 1,
-            "optimizer must be adam or rmsprop": self.optimizer in ("adam", "rmsprop"),
-            "lr must be > 0": self.lr > 0,
-            "max_grad_norm must be >= 0": self.max_grad_norm >= 0,
-            "activation must be tanh, relu, elu or leaky_relu": self.activation
-            in ("tanh", "relu", "elu", "leaky_relu"),
-            "hidden must list at least one layer size": len(self.hidden) >= 1,
-            "log_interval must be >= 1": self.log_interval >= 1,
-            "sde_sample_freq must be >= 0": self.sde_sample_freq >= 0,
-        }
-        for message, ok in checks.items():
-            if not ok:
-                raise UserError(f"a2c: {message}")
-
 
 PRESETS = {
     "CartPole-v1": {"steps": 300_000},

@@ -53,22 +53,6 @@ class Config:
     activation: str = "tanh"
     """tanh, relu, elu or leaky_relu"""
 
-    def __post_init__(self):
-        from backflip.errors import UserError
-
-        checks = {
-            "population must be >= 2": self.population >= 2,
-            "elite_frac must be in (0, 1]": 0 < self.elite_frac <= 1,
-            "episodes must be >= 1": self.episodes >= 1,
-            "init_std must be > 0": self.init_std > 0,
-            "extra_std must be >= 0": self.extra_std >= 0,
-            "activation must be tanh, relu, elu or leaky_relu": self.activation
-            in ("tanh", "relu", "elu", "leaky_relu"),
-        }
-        for message, ok in checks.items():
-            if not ok:
-                raise UserError(f"cem: {message}")
-
 
 PRESETS = {"CartPole-v1": {"steps": 100_000}}
 

@@ -113,20 +113,6 @@ class Config:
     eps_fraction: float = 0.1
     """fraction of the budget over which epsilon falls linearly to eps_end"""
 
-    def __post_init__(self):
-        offpolicy.check_config(
-            self,
-            {
-                "n_step must be >= 1": self.n_step >= 1,
-                "target_every must be >= 1": self.target_every >= 1,
-                "tau must be in (0, 1]": 0 < self.tau <= 1,
-                "max_grad_norm must be >= 0": self.max_grad_norm >= 0,
-                "eps_start and eps_end must be in [0, 1]": 0 <= self.eps_end <= 1
-                and 0 <= self.eps_start <= 1,
-                "eps_fraction must be in (0, 1]": 0 < self.eps_fraction <= 1,
-            },
-        )
-
 
 PRESETS: dict[str, dict] = {"CartPole-v1": {"steps": 50_000}}
 

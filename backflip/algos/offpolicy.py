@@ -50,7 +50,6 @@ from torch import nn
 from backflip.algos.common import Agent, log_obs_stats
 from backflip.buffers import ReplayBuffer
 from backflip.envs import restore_envs, snapshot_envs
-from backflip.errors import UserError
 from backflip.nets import params_vector, to_bounds
 from backflip.seedrun import SeedRun
 
@@ -69,28 +68,6 @@ def box_probe_presets(probe3: dict, **settings) -> dict[str, dict]:
     }
     presets["backflip/Probe3Box-v0"].update(probe3)
     return presets
-
-
-def check_config(cfg, checks: dict[str, bool]) -> None:
-    """Refuse an off-policy `Config` with a setting out of range: the networks' and the loop's
-    settings, which all four share, then the algorithm's own `checks` ({message: ok}). The
-    message names the algorithm by the module of `cfg`'s class (DDPG's Config extends TD3's)."""
-    algo = type(cfg).__module__.rpartition(".")[2]
-    shared = {
-        "hidden must list at least one layer size": len(cfg.hidden) >= 1,
-        "activation must be tanh, relu, elu or leaky_relu": cfg.activation
-        in ("tanh", "relu", "elu", "leaky_relu"),
-        "lr must be > 0": cfg.lr > 0,
-        "batch_size must be >= 1": cfg.batch_size >= 1,
-        "buffer_size must be >= batch_size": cfg.buffer_size >= cfg.batch_size,
-        "learning_starts must be >= 0": cfg.learning_starts >= 0,
-        "train_every must be >= 1": cfg.train_every >= 1,
-        "gradient_steps must be >= 1": cfg.gradient_steps >= 1,
-        "gamma must be in (0, 1]": 0 < cfg.gamma <= 1,
-    }
-    for message, ok in {**shared, **checks}.items():
-        if not ok:
-            raise UserError(f"{algo}: {message}")
 
 
 class Experience:

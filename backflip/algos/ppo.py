@@ -119,28 +119,6 @@ class Config:
     adam_eps: float = 1e-5
     """Adam epsilon"""
 
-    def __post_init__(self):
-        from backflip.errors import UserError
-
-        checks = {
-            "num_envs must be >= 1": self.num_envs >= 1,
-            "num_steps must be >= 2": self.num_steps >= 2,
-            "minibatch_size must be >= 1": self.minibatch_size >= 1,
-            "epochs must be >= 1": self.epochs >= 1,
-            "gamma must be in (0, 1]": 0 < self.gamma <= 1,
-            "gae_lambda must be in [0, 1]": 0 <= self.gae_lambda <= 1,
-            "lr must be > 0": self.lr > 0,
-            "clip must be >= 0": self.clip >= 0,
-            "max_grad_norm must be >= 0": self.max_grad_norm >= 0,
-            "activation must be tanh, relu, elu or leaky_relu": self.activation
-            in ("tanh", "relu", "elu", "leaky_relu"),
-            "hidden must list at least one layer size": len(self.hidden) >= 1,
-            "sde_sample_freq must be >= 0": self.sde_sample_freq >= 0,
-        }
-        for message, ok in checks.items():
-            if not ok:
-                raise UserError(f"ppo: {message}")
-
 
 PRESETS = {
     # rl-zoo's entry with 6 epochs at lr 5e-3 instead of 20 at 1e-3: a greedy 475 in about half

@@ -82,16 +82,6 @@ class Config:
     target_entropy: float = 0.0
     """entropy the temperature aims for, nats (0: -dim(A), the usual choice)"""
 
-    def __post_init__(self):
-        offpolicy.check_config(
-            self,
-            {
-                "tau must be in (0, 1]": 0 < self.tau <= 1,
-                "target_every must be >= 1": self.target_every >= 1,
-                "alpha_init must be > 0": self.alpha_init > 0,
-            },
-        )
-
 
 PRESETS: dict[str, dict] = {
     "Pendulum-v1": {"steps": 20_000},

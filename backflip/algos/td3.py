@@ -77,19 +77,6 @@ class Config:
     target_noise_clip: float = 0.5
     """clip of the target-policy smoothing noise"""
 
-    def __post_init__(self):
-        offpolicy.check_config(
-            self,
-            {
-                "tau must be in (0, 1]": 0 < self.tau <= 1,
-                "n_critics must be >= 1": self.n_critics >= 1,
-                "policy_delay must be >= 1": self.policy_delay >= 1,
-                "action_noise must be >= 0": self.action_noise >= 0,
-                "target_noise must be >= 0": self.target_noise >= 0,
-                "target_noise_clip must be >= 0": self.target_noise_clip >= 0,
-            },
-        )
-
 
 PRESETS: dict[str, dict] = {
     "Pendulum-v1": {"steps": 20_000},

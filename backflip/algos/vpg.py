@@ -93,28 +93,6 @@ class Config:
     sde_sample_freq: int = 0
     """with sde: draw new exploration noise every this many steps (0: once per rollout)"""
 
-    def __post_init__(self):
-        from backflip.errors import UserError
-
-        checks = {
-            "num_envs must be >= 1": self.num_envs >= 1,
-            "num_steps must be >= 2": self.num_steps >= 2,
-            "gamma must be in (0, 1]": 0 < self.gamma <= 1,
-            "gae_lambda must be in [0, 1]": 0 <= self.gae_lambda <= 1,
-            "pi_lr must be > 0": self.pi_lr > 0,
-            "vf_lr must be > 0": self.vf_lr > 0,
-            "vf_iters must be >= 0": self.vf_iters >= 0,
-            "vf_minibatch must be >= 1": self.vf_minibatch >= 1,
-            "max_grad_norm must be >= 0": self.max_grad_norm >= 0,
-            "activation must be tanh, relu, elu or leaky_relu": self.activation
-            in ("tanh", "relu", "elu", "leaky_relu"),
-            "hidden must list at least one layer size": len(self.hidden) >= 1,
-            "sde_sample_freq must be >= 0": self.sde_sample_freq >= 0,
-        }
-        for message, ok in checks.items():
-            if not ok:
-                raise UserError(f"vpg: {message}")
-
 
 PRESETS = {
     "CartPole-v1": {"steps": 100_000},

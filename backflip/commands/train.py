@@ -79,43 +79,39 @@ def add_seed_args(p, default: int | None = DEFAULT_SEEDS, default_text: str = ""
 
 
 def seeds_from(args) -> list[int]:
+    """The seeds of --seed-list, or --seeds N from --seed-start, checked (config.check_seeds)."""
+    from backflip.config import MAX_SEEDS, check_seeds, parse_seed_list
     from backflip.errors import UserError
 
-    if args.seed_list:
-        try:
-            return [int(s) for s in args.seed_list.split(",") if s.strip()]
-        except ValueError:
-            raise UserError(
-                f"--seed-list must be integers separated by commas: {args.seed_list!r}"
-            ) from None
+    if args.seed_list is not None:
+        return parse_seed_list(args.seed_list)
     if args.seeds < 1:
         raise UserError("--seeds must be at least 1")
-    return list(range(args.seed_start, args.seed_start + args.seeds))
+    if args.seeds > MAX_SEEDS:
+        raise UserError(f"at most {MAX_SEEDS} seeds per run, got --seeds {args.seeds}")
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    check_seeds(seeds)
+    return seeds
 
 
-def _steps(text: str) -> int:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0 or not value.is_integer():
-        raise argparse.ArgumentTypeError(f"must be a positive integer: {text!r}")
-    return int(value)
+def _steps(text: str) -> str:
+    """--steps as given: `config.parse_steps` checks it (one line, exit 2, like every setting)."""
+    return text
 
 
 def run(args) -> int:
-    from backflip.config import load_config_file, parse_sets, resolve
+    from backflip.config import check_tags, load_config_file, parse_sets, resolve
     from backflip.runs.archive import home_dir
 
-    home = home_dir(args.home, create=True)
+    # everything is checked before anything is created
     file_values = load_config_file(args.config) if args.config else {}
     cfg = resolve(
         args.algo, args.env, seeds_from(args), args.steps, file_values, parse_sets(args.sets)
     )
+    check_tags(args.tag)
     if args.list_keys:
         return list_keys(cfg)
+    home = home_dir(args.home, create=True)
     return execute(
         cfg,
         home,
@@ -232,7 +228,7 @@ def check_backend(backend: str, address: str | None) -> None:
 def list_keys(cfg) -> int:
     import dataclasses
 
-    from backflip.config import SECTIONS, RunOptions, describe
+    from backflip.config import SECTIONS, RunOptions, describe, domain_of, format_value
 
     current = cfg.flat()
     sections = [("", type(cfg.hp)), ("", RunOptions)] + [(f"{k}.", c) for k, c in SECTIONS.items()]
@@ -242,5 +238,8 @@ def list_keys(cfg) -> int:
             value = current[prefix + name]
             if dataclasses.is_dataclass(value):
                 continue
-            print(f"  {prefix + name} = {value!r}  ({tp}) {doc}")
+            domain = domain_of(prefix + name, cfg.algo)
+            allowed = f", {domain.text()}" if domain else ""
+            # key=value exactly as --set accepts it
+            print(f"  {prefix + name}={format_value(value)}  ({tp}{allowed}) {doc}")
     return 0

@@ -124,12 +124,20 @@ def diagnose_target(target: str, home: Path) -> tuple[Target, list[Finding]]:
 
 def diagnose_run_dir(run_dir: Path) -> list[Finding]:
     """The end-of-training diagnosis of a backflip run; stored as findings.json."""
-    from backflip.runs.archive import now_iso, write_json
+    from backflip.runs.archive import is_enospc, now_iso, write_json
 
     t = resolve_target(str(run_dir), run_dir.parent)
     findings = examine(t)
-    write_json(
-        Path(run_dir) / "findings.json",
-        {"target": str(run_dir), "created": now_iso(), "findings": [f.to_dict() for f in findings]},
-    )
+    try:
+        write_json(
+            Path(run_dir) / "findings.json",
+            {
+                "target": str(run_dir),
+                "created": now_iso(),
+                "findings": [f.to_dict() for f in findings],
+            },
+        )
+    except OSError as e:  # a full disk: the findings are still shown (`backflip doctor` later)
+        if not is_enospc(e):
+            raise
     return findings

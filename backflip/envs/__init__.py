@@ -102,6 +102,12 @@ def check_supported(algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOpt
         raise UserError(f"{algo} needs a {need} action space; {env_id} has {act}")
     if not isinstance(obs, gym.spaces.Box):
         raise UserError(f"{env_id} has observation space {obs}, which backflip can't encode yet")
+    if isinstance(act, gym.spaces.Box) and not np.issubdtype(act.dtype, np.floating):
+        raise UserError(
+            f"{env_id} has a Box action space of dtype {act.dtype} ({act}); backflip's "
+            "continuous policies emit floats: use a float Box, or Discrete/MultiDiscrete "
+            "for whole-number actions"
+        )
 
 
 def make_env(
@@ -212,7 +218,8 @@ def why_no_snapshot(env_id: str, opts: EnvOptions | None = None) -> str | None:
 
 def _snapshot(envs: gym.vector.VectorEnv) -> tuple[bytes | None, str | None]:
     """(the pickled envs, None), or (None, the reason they cannot be pickled as they are)."""
-    copies = getattr(envs, "envs", None) or [envs]
+    base = envs.unwrapped  # under vector wrappers (FiniteObservations, LearnedReward)
+    copies = getattr(base, "envs", None) or [base]
     if any(isinstance(e.unwrapped, gym.utils.EzPickle) for e in copies):
         return None, (
             "it pickles as its constructor arguments (Gymnasium's EzPickle, as MuJoCo envs do), "

@@ -110,3 +110,45 @@ class FloatObservation(gym.ObservationWrapper):
 
     def observation(self, obs):
         return np.asarray(obs, np.float32)
+
+
+class FiniteObservations(gym.vector.VectorWrapper):
+    """Raise `NonFiniteError` as soon as a vector env returns a NaN or infinite observation,
+    naming the env copy, the element and the env step (SeedRun puts it on every env it makes
+    while `doctor.stop_on_nan` is on). Costs ~2 µs a step; integer observations (images) are
+    never checked."""
+
+    def __init__(self, env: gym.vector.VectorEnv):
+        super().__init__(env)
+        self.env_steps = 0
+
+    @staticmethod
+    def applies(env: gym.vector.VectorEnv) -> bool:
+        space = env.single_observation_space
+        return isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self._check(obs, "reset")
+        return obs, info
+
+    def step(self, actions):
+        obs, reward, term, trunc, info = self.env.step(actions)
+        self.env_steps += self.num_envs
+        self._check(obs, "step")
+        return obs, reward, term, trunc, info
+
+    def _check(self, obs, when: str) -> None:
+        if np.isfinite(obs).all():
+            return
+        from backflip.errors import NonFiniteError
+
+        a = np.asarray(obs)
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+        copy, element = where[0], where[1:]
+        at = f"after env step {self.env_steps:,}" if when == "step" else "on reset"
+        raise NonFiniteError(
+            f"non-finite observation from the environment {at}: env copy {copy}, "
+            f"observation{list(element)} = {a[where]} — stopping this seed "
+            "(doctor.stop_on_nan=false to go on)"
+        )

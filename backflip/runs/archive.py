@@ -31,11 +31,14 @@ Each repair is said once, on one line on stderr (`notice`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
 import secrets
+import shutil
 import socket
+import sqlite3
 import sys
 import time
 from datetime import UTC, datetime
@@ -56,6 +59,7 @@ def notice(message: str) -> None:
     if message not in _said:
         _said.add(message)
         print(f"note: {message}", file=sys.stderr, flush=True)
+NO_SPACE = "no space left on device"  # the error of a seed and a run that ran out of disk
 
 
 def home_dir(home: str | Path | None = None, create: bool = False) -> Path:
@@ -81,11 +85,56 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
-def write_json(path: Path, data) -> None:
-    """Atomically, through `backflip.jsonout` (non-finite floats are written as null)."""
+# Bytes reserved in each status file and run.json (JSON may end in spaces): when the disk is
+# full, the final outcome is rewritten in place into blocks the file already holds.
+STATUS_RESERVE = 4096
+RUN_RESERVE = 8192
+
+
+def is_enospc(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno == errno.ENOSPC
+
+
+def write_json(path: Path, data, reserve: int | None = None) -> None:
+    """Atomically (temp file + rename), through `backflip.jsonout` (non-finite floats are
+    written as null). `reserve`: pad the file with spaces to this many bytes; by default a
+    run.json or status.json keeps the size it has (its spare bytes stay for the outcome).
+
+    On a full disk (ENOSPC) the temp file is removed and, if the new text fits in the bytes
+    the file already has, it is rewritten in place (no new blocks needed; not atomic, but the
+    alternative is losing the outcome); otherwise the OSError is raised."""
+    text = jsonout.dumps(data, indent=2).encode()
+    if reserve is None:
+        reserve = 0
+        if path.name in ("run.json", "status.json"):
+            try:
+                reserve = path.stat().st_size
+            except OSError:
+                pass
+    padded = text + b" " * (reserve - len(text)) if len(text) < reserve else text
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(jsonout.dumps(data, indent=2))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(padded)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if not is_enospc(e) or not _rewrite_in_place(path, text):
+            raise
+
+
+def _rewrite_in_place(path: Path, text: bytes) -> bool:
+    """Overwrite `path` with `text` padded with spaces to its current size, if it fits."""
+    try:
+        size = path.stat().st_size
+        if len(text) > size:
+            return False
+        with open(path, "r+b") as f:
+            f.write(text + b" " * (size - len(text)))
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    except OSError:
+        return False
 
 
 def read_json(path: Path) -> dict:
@@ -236,10 +285,11 @@ def read_record(run_dir: Path) -> dict:
     )
 
 
-def write_record(run_dir: Path, record: dict) -> None:
-    """run.json and its backup, each atomically (the backup is the last good copy)."""
+def write_record(run_dir: Path, record: dict, reserve: int | None = None) -> None:
+    """run.json and its backup, each atomically (the backup is the last good copy);
+    `reserve` as for `write_json`."""
     record = {k: v for k, v in record.items() if k not in ("seeds", "dir", "findings")}
-    write_json(Path(run_dir) / "run.json", record)
+    write_json(Path(run_dir) / "run.json", record, reserve=reserve)
     write_json(Path(run_dir) / BACKUP, record)
 
 
@@ -499,9 +549,8 @@ def create_run(
 ) -> tuple[Path, dict]:
     """Make the run directory, capture provenance, write run.json and index it.
 
-    `extra` adds keys to run.json (e.g. `backend`: where the seeds run)."""
-    from backflip.runs import index, provenance
-
+    `extra` adds keys to run.json (e.g. `backend`: where the seeds run). If any of it fails
+    (a full disk), the directory is removed: no half-made run is left behind."""
     for _ in range(100):
         run_id = new_run_id()
         run_dir = home / run_id
@@ -510,6 +559,16 @@ def create_run(
             break
         except FileExistsError:
             continue
+    try:
+        return _populate(home, run_dir, run_id, config, argv, message, rerun_of, tags, extra)
+    except BaseException:  # a full disk, say: no half-made run is left behind
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _populate(home, run_dir, run_id, config, argv, message, rerun_of, tags, extra):
+    from backflip.runs import index, provenance
+
     prov, files = provenance.capture()
     for name, text in files.items():
         (run_dir / name).write_text(text)
@@ -532,7 +591,7 @@ def create_run(
     }
     for seed in config["seeds"]:  # now: a folder that disappears later is a deleted seed
         seed_dir(run_dir, seed).mkdir(parents=True, exist_ok=True)
-    write_record(run_dir, record)
+    write_record(run_dir, record, reserve=len(jsonout.dumps(record)) + RUN_RESERVE)
     record["seeds"] = [{"seed": s, "status": "pending"} for s in config["seeds"]]
     index.upsert(home, record)
     return run_dir, record
@@ -584,8 +643,16 @@ def finalize_run(home: Path, run_dir: Path, started: float, previous_s: float = 
         aggregate(record, seeds)
         record["ended"] = now_iso()
         record["duration_s"] = previous_s + time.time() - started
+        if any(NO_SPACE in str(s.get("error", "")) for s in seeds):
+            record["error"] = NO_SPACE
         write_record(run_dir, record)
     record["seeds"] = seeds
-    index.upsert(home, record)
+    try:
+        index.upsert(home, record)
+    except (sqlite3.Error, OSError) as e:  # a full disk: the index is a cache of run.json
+        print(
+            f"warning: index.sqlite not updated ({e}); `backflip runs --reindex` rebuilds it",
+            file=sys.stderr,
+        )
     record["dir"] = str(run_dir)
     return record

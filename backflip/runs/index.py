@@ -188,7 +188,10 @@ def _transaction(con: sqlite3.Connection, work) -> None:
         work()
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        try:
+            con.execute("ROLLBACK")
+        except sqlite3.Error:  # the failed statement ended the transaction (a full disk)
+            pass
         raise
 
 
@@ -347,22 +350,25 @@ def query(
         if val:
             where.append(f"{col} = ?")
             args.append(val)
-    if tag:
-        where.append("(',' || tags || ',') LIKE ?")
-        args.append(f"%,{tag},%")
-    if grep:
-        where.append("(message LIKE ? OR id LIKE ? OR env LIKE ? OR algo LIKE ? OR tags LIKE ?)")
-        args += [f"%{grep}%"] * 5
-    sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+    if tag:  # exact: a tag with % or _ is not a pattern
+        where.append("instr(',' || tags || ',', ?) > 0")
+        args.append(f",{tag},")
+    if grep:  # literal text, any case: % and _ match themselves
+        cols = ("message", "id", "env", "algo", "tags")
+        where.append("(" + " OR ".join(f"instr(lower({c}), ?) > 0" for c in cols) + ")")
+        args += [grep.lower()] * len(cols)
     sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
     sql += " ORDER BY created DESC, id DESC"
     if limit:
         sql += f" LIMIT {int(limit)}"
-    con = connect(home)
     try:
-        rows = [dict(r) for r in con.execute(sql, args)]
-    finally:
-        con.close()
+        con = connect(home)
+        try:
+            rows = [dict(r) for r in con.execute(sql, args)]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:  # e.g. a full disk: WAL can't open; read the run folders
+        rows = _scan(home, env, algo, grep, tag, limit)
     for r in rows:  # a dead launcher leaves `running` behind: the run follows its seeds
         if r["status"] == "running":
             r.update(_heal_row(home, r) or {})
@@ -384,6 +390,26 @@ def _heal_row(home: Path, row: dict) -> dict | None:
     with contextlib.suppress(sqlite3.Error, UserError):
         upsert(home, record)
     return _row(record)
+
+
+def _scan(home, env, algo, grep, tag, limit) -> list[dict]:
+    """What `query` selects, read from the run directories instead of the index."""
+    rows = []
+    for d in run_dirs(home):
+        try:
+            row = _row(load_run(d))
+        except Exception:  # noqa: BLE001 — an unreadable run is left out, as the index does
+            continue
+        text = " ".join(str(row[c] or "") for c in ("message", "id", "env", "algo", "tags"))
+        if (
+            (not env or row["env"] == env)
+            and (not algo or row["algo"] == algo)
+            and (not tag or f",{tag}," in f",{row['tags']},")
+            and (not grep or grep.lower() in text.lower())
+        ):
+            rows.append(row)
+    rows.sort(key=lambda r: (r["created"] or "", r["id"]), reverse=True)
+    return rows[:limit] if limit else rows
 
 
 def reindex(home: Path) -> tuple[int, list[tuple[str, str]]]:

@@ -1,0 +1,207 @@
+"""A full disk is an error, not a crash (issue 26 part 3).
+
+A patched writer raises OSError(ENOSPC) at a chosen write (always runs); where this machine
+lets the test mount a small tmpfs, a whole `backflip train` also runs out of real space. Either
+way: every seed and the run end `failed` with "no space left on device", no temporary file is
+left, every CSV row is whole, and `runs` and `show` keep working.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from backflip.runs.archive import NO_SPACE, STATUS_RESERVE, write_json
+from backflip.telemetry import Telemetry, read_episodes, read_metrics
+
+
+def enospc(path=None):
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+
+class FullAfter:
+    """`os.write` that fails with ENOSPC from the `n`-th call on, writing half its data first
+    (a real full disk takes what fits), once `armed`."""
+
+    def __init__(self, n: int):
+        self.n, self.calls, self.armed, self.real = n, 0, True, os.write
+
+    def __call__(self, fd, data):
+        self.calls += 1
+        if self.armed and self.calls >= self.n:
+            if self.calls == self.n and len(data) > 1:
+                return self.real(fd, bytes(data[: len(data) // 2]))
+            raise enospc()
+        return self.real(fd, data)
+
+
+def whole_rows(path: Path, fields: int) -> list[list[str]]:
+    raw = path.read_bytes()
+    assert raw.endswith(b"\r\n"), raw[-80:]
+    rows = [line.split(",") for line in raw.decode().split("\r\n")[:-1]]
+    assert all(len(r) == fields for r in rows), [r for r in rows if len(r) != fields]
+    return rows
+
+
+def test_a_failed_row_write_leaves_whole_rows_only(tmp_path, monkeypatch):
+    tel = Telemetry(tmp_path)
+    for step in (100, 200):
+        tel.log(loss=step / 7)
+        tel.episode(step, 1.5, 10)
+        tel.dump(step)
+    before = read_metrics(tmp_path / "metrics.csv")
+    full = FullAfter(1)
+    monkeypatch.setattr(os, "write", full)
+    tel.log(loss=1 / 3)
+    tel.episode(300, 2.5, 12)
+    with pytest.raises(OSError) as e:
+        tel.dump(300)
+    assert e.value.errno == errno.ENOSPC
+    assert full.calls >= 2  # half a row went out before the error: it was cut back
+    with pytest.raises(OSError):  # closing on a full disk raises, but closes every file
+        tel.close()
+    monkeypatch.undo()
+    rows = whole_rows(tmp_path / "metrics.csv", 4)
+    assert rows[0] == ["step", "wall", "name", "value"]
+    after = read_metrics(tmp_path / "metrics.csv")
+    assert after.keys() == before.keys()
+    assert all((after[k][1] == before[k][1]).all() for k in before)
+    whole_rows(tmp_path / "episodes.csv", 3)
+    assert list(read_episodes(tmp_path / "episodes.csv")[0]) == [100, 200]
+    tel2 = Telemetry(tmp_path, append=True)  # and the file goes on after the cut (resume)
+    tel2.log(loss=0.5)
+    tel2.dump(400)
+    tel2.close()
+    assert read_metrics(tmp_path / "metrics.csv")["loss"][0].tolist() == [100, 200, 400]
+
+
+def test_a_status_file_is_rewritten_in_place_when_the_disk_is_full(tmp_path, monkeypatch):
+    path = tmp_path / "status.json"
+    write_json(path, {"status": "running"}, reserve=STATUS_RESERVE)
+    assert path.stat().st_size == STATUS_RESERVE
+
+    def full(self, data):
+        raise enospc(str(self))
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    write_json(path, {"status": "failed", "error": NO_SPACE})
+    assert json.loads(path.read_text()) == {"status": "failed", "error": NO_SPACE}
+    with pytest.raises(OSError):  # does not fit in the bytes it has: raised, nothing torn
+        write_json(path, {"error": "x" * STATUS_RESERVE})
+    assert json.loads(path.read_text())["status"] == "failed"
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp file left
+
+
+def test_a_seed_that_runs_out_of_space_fails_with_the_message_recorded(tmp_path, monkeypatch):
+    """A real PPO seed in this process; its 5th metrics write finds the disk full, and from
+    then on no new file can be written either."""
+    import torch
+
+    from backflip.config import resolve
+    from backflip.launch import SeedJob, run_seed
+    from backflip.runs.archive import create_run, finalize_run, load_run
+
+    home = tmp_path / "archive"
+    home.mkdir()
+    cfg = resolve("ppo", "CartPole-v1", [0, 1], 20_000)
+    run_dir, _ = create_run(home, cfg.to_dict(), ["test"])
+    full = FullAfter(10**9)
+    real_write_bytes = Path.write_bytes
+
+    def write_bytes(self, data):
+        if full.calls >= full.n:
+            raise enospc(str(self))
+        return real_write_bytes(self, data)
+
+    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    threads = torch.get_num_threads()
+    try:
+        statuses = []
+        for seed in cfg.seeds:
+            full.calls, full.n = 0, 5 + 3 * seed  # a different write for each seed
+            statuses.append(
+                run_seed(SeedJob(str(run_dir), seed, cfg.to_dict()), handle_signals=False)
+            )
+        record = finalize_run(home, run_dir, 0.0)
+    finally:
+        torch.set_num_threads(threads)
+        monkeypatch.undo()
+    for st in statuses:
+        assert st["status"] == "failed" and st["error"].startswith(NO_SPACE), st
+    assert record["status"] == "failed" and record["error"] == NO_SPACE
+    again = load_run(run_dir)
+    assert [s["error"] for s in again["seeds"]] == [s["error"] for s in statuses]
+    for seed in cfg.seeds:
+        folder = run_dir / "seeds" / str(seed)
+        whole_rows(folder / "metrics.csv", 4)
+        whole_rows(folder / "episodes.csv", 3)
+    assert not list(run_dir.rglob("*.tmp"))
+
+
+def test_runs_reads_the_run_folders_when_the_index_cannot_be_opened(home, monkeypatch):
+    import sqlite3
+
+    from backflip.runs import index
+
+    index.upsert(home, {"id": "r1", "created": "2026-01-01", "status": "finished", "tags": []})
+    (home / "r1").mkdir()
+    write_json(home / "r1" / "run.json", {"id": "r1", "created": "2026-01-01", "tags": ["t"]})
+
+    def broken(home):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(index, "connect", broken)
+    assert [r["id"] for r in index.query(home, tag="t")] == ["r1"]
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+@pytest.mark.slow
+def test_train_on_a_full_tmpfs(cli, tmp_path):
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "3m"):
+        pytest.skip("cannot mount a tmpfs here (the patched-writer tests above still run)")
+    try:
+        home = mnt / "archive"
+        # fill the disk up to ~300 KB: enough to start, not to finish two seeds
+        cli("runs", "--home", home)
+        home.mkdir(exist_ok=True)
+        free = shutil.disk_usage(mnt).free
+        (mnt / "ballast").write_bytes(b"\0" * max(0, free - 300_000))
+        proc = cli(
+            "train", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--steps", "60000",
+            "--home", home, "--no-ask", "--no-progress", check=False,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+        for seed in (0, 1):
+            assert f"seed {seed} failed: {NO_SPACE}" in proc.stdout, proc.stdout
+        (run,) = [p for p in home.iterdir() if p.is_dir()]
+        assert json.loads((run / "run.json").read_text())["error"] == NO_SPACE
+        assert not [p for p in mnt.rglob("*") if p.name.endswith(".tmp")]
+        for csv in run.glob("seeds/*/*.csv"):
+            whole_rows(csv, 4 if csv.name == "metrics.csv" else 3)
+        # read-only commands work on the full disk
+        listed = cli("runs", "--home", home)
+        assert run.name in listed.stdout and "failed" in listed.stdout
+        shown = cli("show", run.name, "--home", home)
+        assert NO_SPACE in shown.stdout
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
