@@ -59,6 +59,8 @@ def notice(message: str) -> None:
     if message not in _said:
         _said.add(message)
         print(f"note: {message}", file=sys.stderr, flush=True)
+
+
 NO_SPACE = "no space left on device"  # the error of a seed and a run that ran out of disk
 
 
