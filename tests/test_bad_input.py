@@ -330,15 +330,22 @@ def test_tags_with_a_comma_are_refused_and_percent_or_underscore_filter_exactly(
     refused([*PPO, "--tag", "a,b"], "must not contain ','")
     refused([*PPO, "--tag", ""], "must not be empty")
     assert accepted([*PPO, "--tag", "50%"])
+    from backflip.config import resolve
     from backflip.runs import index
+    from backflip.runs.archive import create_run
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
+        config = resolve("ppo", "CartPole-v1", [0], None).to_dict()
+        name = {}  # real run folders (the index is checked against them), named r0..r3 here
         for i, tags in enumerate([["50%"], ["x50%y"], ["a_b"], ["axb", "other"]]):
-            index.upsert(home, {"id": f"r{i}", "created": f"2026-01-0{i + 1}", "tags": tags})
-        ids = {t: [r["id"] for r in index.query(home, tag=t)] for t in ("50%", "a_b", "other")}
+            run_dir, _ = create_run(home, config, ["train"], tags=tags)
+            name[run_dir.name] = f"r{i}"
+        ids = {
+            t: [name[r["id"]] for r in index.query(home, tag=t)] for t in ("50%", "a_b", "other")
+        }
         assert ids == {"50%": ["r0"], "a_b": ["r2"], "other": ["r3"]}
-        assert [r["id"] for r in index.query(home, grep="50%")] == ["r1", "r0"]
+        assert sorted(name[r["id"]] for r in index.query(home, grep="50%")) == ["r0", "r1"]
 
 
 @pytest.mark.parametrize("algo", list(ALGOS))

@@ -148,17 +148,19 @@ def test_a_seed_that_runs_out_of_space_fails_with_the_message_recorded(tmp_path,
 def test_runs_reads_the_run_folders_when_the_index_cannot_be_opened(home, monkeypatch):
     import sqlite3
 
+    from backflip.config import resolve
     from backflip.runs import index
+    from backflip.runs.archive import create_run
 
-    index.upsert(home, {"id": "r1", "created": "2026-01-01", "status": "finished", "tags": []})
-    (home / "r1").mkdir()
-    write_json(home / "r1" / "run.json", {"id": "r1", "created": "2026-01-01", "tags": ["t"]})
+    config = resolve("ppo", "CartPole-v1", [0], None).to_dict()
+    run_dir, _ = create_run(home, config, ["train"], tags=["t"])
+    create_run(home, config, ["train"], tags=["other"])
 
     def broken(home):
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(index, "connect", broken)
-    assert [r["id"] for r in index.query(home, tag="t")] == ["r1"]
+    assert [r["id"] for r in index.query(home, tag="t")] == [run_dir.name]
 
 
 def _mount_tmpfs(path: Path, size: str) -> bool:

@@ -292,7 +292,12 @@ def write_record(run_dir: Path, record: dict, reserve: int | None = None) -> Non
     `reserve` as for `write_json`."""
     record = {k: v for k, v in record.items() if k not in ("seeds", "dir", "findings")}
     write_json(Path(run_dir) / "run.json", record, reserve=reserve)
-    write_json(Path(run_dir) / BACKUP, record)
+    try:
+        write_json(Path(run_dir) / BACKUP, record)
+    except OSError as e:  # a full disk: run.json has the record; a stale backup must not stay
+        if not is_enospc(e):
+            raise
+        (Path(run_dir) / BACKUP).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -274,7 +274,10 @@ def ensure(home: Path) -> None:
         if run_dirs(home):
             rebuild(home, "index.sqlite was missing")
         return
-    con = connect(home)
+    try:
+        con = connect(home)
+    except sqlite3.OperationalError:  # cannot be opened (a full disk): readers use the folders
+        return
     try:
         try:
             indexed = dict(con.execute("SELECT id, signature FROM files").fetchall())
