@@ -99,6 +99,71 @@ def test_reward_model_normalizes_its_input_and_output():
     assert np.allclose(r.mean(1), 0, atol=1e-4) and np.allclose(r.std(1), 1, atol=1e-3)
 
 
+def test_progress_rewards_the_change_of_the_learned_state_reward(tmp_path):
+    # prefs.reward_input=progress: a model of states r̂(o); the policy's reward for reaching o'
+    # from o is reward_std · mean_k (r̂_k(o') − r̂_k(o)) / d_k, with d_k the RMS of member k's
+    # one-step differences; the env wrapper and replay relabeling give the same number
+    import contextlib
+    from types import SimpleNamespace
+
+    from backflip.buffers import ReplayBuffer
+    from backflip.prefs.pipeline import Pipeline, PrefsConfig, policy_reward
+    from backflip.prefs.segments import SegmentStore
+
+    rng = np.random.default_rng(0)
+    starts = rng.random((40, 1, 2))  # 40 clips of 6 small steps from random starting points
+    walk = (starts + np.cumsum(rng.normal(0, 0.01, (40, 6, 2)), axis=1)).astype(np.float32)
+    store = SegmentStore(100)
+    store.add([Segment(w, np.zeros(6, np.int64), np.zeros(6)) for w in walk])
+    pcfg = PrefsConfig(reward_input="progress", members=3, reward_std=2.0)
+    buffer = ReplayBuffer(50, (2,), (), act_dtype=np.int64)
+    tel = SimpleNamespace(timer=lambda name: contextlib.nullcontext())
+    run = SimpleNamespace(seed=0, replay_buffers=[(buffer, lambda a: a)], tel=tel)
+    db = PreferenceDB(tmp_path / "prefs.sqlite")
+    pipe = Pipeline(pcfg, run, gym.spaces.Box(0, 1, (2,), np.float32), gym.spaces.Discrete(5), db)
+    model = pipe.model
+    assert not model.use_actions and model.act_dim == 0
+    model.observe(walk.reshape(-1, 2))
+    pipe.store = store
+    with torch.no_grad():  # members that differ clearly from one another
+        for net in model.nets:
+            for p in net.parameters():
+                p.normal_(0, 0.5)
+    model.calibrate(*store.sample_steps(500, rng), store.sample_transitions(500, rng))
+
+    def raw(o):  # each member's r̂_k, by hand: normalized input, the plain networks
+        x = torch.as_tensor(
+            (o - model.obs_rms.mean) / np.sqrt(model.obs_rms.var + 1e-8), dtype=torch.float32
+        )
+        return np.stack([net(x, x[:, :0]).detach().numpy() for net in model.nets])
+
+    moves = walk[:, :-1].reshape(-1, 2), walk[:, 1:].reshape(-1, 2)
+    steps = raw(moves[1]) - raw(moves[0])
+    # the scale: roughly the RMS of one-step changes (over the 500 sampled transitions)
+    assert np.allclose(model.diff_scale, np.sqrt((steps**2).mean(1)), rtol=0.2)
+    assert (model.diff_scale < model.out_std / 5).all()  # far below the scale of the levels
+    obs, nxt = walk[:8, 2], walk[:8, 3]
+    act = rng.integers(0, 5, 8)
+    expected = 2.0 * ((raw(nxt) - raw(obs)) / model.diff_scale[:, None]).mean(0)
+    pipe.snap = model.snapshot()  # what the policy's env wrapper uses (fused members)
+    assert np.allclose(pipe.reward(obs, act, nxt), expected, rtol=1e-4, atol=1e-4)
+    assert np.allclose(
+        policy_reward(model, "progress", obs, act, nxt), expected, rtol=1e-4, atol=1e-4
+    )
+    # a pure difference: along a trajectory the rewards telescope to the ends' difference
+    traj = walk[0]
+    total = pipe.reward(traj[:-1], np.zeros(5, np.int64), traj[1:]).sum()
+    ends = 2.0 * ((raw(traj[-1:]) - raw(traj[:1]))[:, 0] / model.diff_scale).mean()
+    assert math.isclose(total, ends, rel_tol=1e-4, abs_tol=1e-4)
+    # off-policy replay is relabeled with the same reward, from its stored next observations
+    for o, a, n in zip(obs, act, nxt, strict=True):
+        buffer.add(o, a, 0.0, n, False, False)
+    pipe.model_version += 1
+    pipe.relabel_replay()
+    assert np.allclose(buffer.rewards[:8], expected, rtol=1e-4, atol=1e-4)
+    db.close()
+
+
 # --- the synthetic labeler ----------------------------------------------------------------------------
 
 

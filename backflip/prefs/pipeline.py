@@ -62,6 +62,8 @@ from backflip.prefs.segments import (
 STAGES = ("full", "gather", "pretrain", "policy")
 INITIAL_LABELS = "initial labels"
 PROGRESS_EVERY_S = 2.0  # a long phase's progress goes to the seed's status at most this often
+# what the reward model judges, and the policy's reward from it (docs/preferences.md)
+REWARD_INPUTS = ("obs+action", "next-obs", "progress")
 
 
 @dataclass
@@ -85,9 +87,11 @@ class PrefsConfig:
     """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a
     background thread: faster on a free core, not reproducible)"""
     reward_input: str = "obs+action"
-    """what the reward model judges: obs+action, r̂(o_t, a_t) as in the paper; or next-obs, r̂ of
-    the state each action leads to (for tasks judged by where the agent gets: every move is
-    rewarded at once)"""
+    """what the reward model judges: obs+action, r̂(o_t, a_t) as in the paper; next-obs, a model
+    of states r̂(o), the policy rewarded with r̂ of the state each action leads to (for tasks
+    judged by where the agent gets: every move is rewarded at once); or progress, the same model
+    of states, the policy rewarded with its change r̂(o_{t+1}) − r̂(o_t) scaled to RMS
+    reward_std (potential-based shaping of next-obs: the same optimal policy, a dense signal)"""
     segment_length: int = 25
     """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
     initial_frac: float = 0.25
@@ -185,8 +189,8 @@ class PrefsConfig:
             f"prefs.stage must be one of {', '.join(STAGES)}": self.stage in STAGES,
             "prefs.mode must be async or sync": self.mode in ("async", "sync"),
             "prefs.segment_length must be >= 1": self.segment_length >= 1,
-            "prefs.reward_input must be obs+action or next-obs": self.reward_input
-            in ("obs+action", "next-obs"),
+            "prefs.reward_input must be one of " + ", ".join(REWARD_INPUTS): self.reward_input
+            in REWARD_INPUTS,
             "prefs.initial_frac must be in [0, 1]": 0 <= self.initial_frac <= 1,
             "prefs.label_until must be in (0, 1]": 0 < self.label_until <= 1,
             f"prefs.selection must be one of {', '.join(SELECTIONS)}": self.selection in SELECTIONS,
@@ -235,6 +239,17 @@ class PrefsConfig:
         return Teacher.named(name, **overrides, error_rate=self.error_rate)
 
 
+def policy_reward(model: RewardModel, reward_input: str, obs, actions, next_obs) -> np.ndarray:
+    """The policy's reward for the transitions (obs, actions, next_obs) under `prefs.reward_input`:
+    r̂(o, a), r̂(o') (next-obs) or the change r̂(o') − r̂(o) (progress). The env wrapper and the
+    relabeling of replay buffers both use it, so they agree."""
+    if reward_input == "progress":
+        return model.progress(obs, next_obs)
+    if reward_input == "next-obs":
+        return model.reward(next_obs, actions)
+    return model.reward(obs, actions)
+
+
 def seed_files(run_dir: str | Path, seed: int) -> Path:
     """The seed folder of `run_dir` holding prefs.sqlite / reward_model.pt (same seed, else the
     run's first seed)."""
@@ -270,7 +285,7 @@ class Pipeline:
             reward_std=pcfg.reward_std,
             rng=np.random.default_rng(run.seed + 104729),
             frame_stride=pcfg.frame_stride,
-            use_actions=pcfg.reward_input == "obs+action",
+            use_actions=pcfg.reward_input == "obs+action",  # next-obs, progress: r̂(o)
         )
         self.frozen = False
         self.snap = self.model.snapshot()
@@ -482,7 +497,11 @@ class Pipeline:
             self.model.adapt_l2(train_loss, val_loss)
         with self.lock:
             if len(self.store):
-                self.model.calibrate(*self.store.sample_steps(2048, self.rng))
+                obs, act = self.store.sample_steps(2048, self.rng)
+                moves = None
+                if self.cfg.reward_input == "progress":  # the scale of one-step changes
+                    moves = self.store.sample_transitions(2048, self.rng)
+                self.model.calibrate(obs, act, moves)
         self.snap = self.model.snapshot()
         self.model_version += 1
         stats = {
@@ -527,9 +546,7 @@ class Pipeline:
     def reward(self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
         """The policy's reward for taking `actions` in `obs` and reaching `next_obs`."""
         with self.run.tel.timer("prefs_reward"):
-            if self.cfg.reward_input == "next-obs":
-                return self.snap.reward(next_obs, actions)
-            return self.snap.reward(obs, actions)
+            return policy_reward(self.snap, self.cfg.reward_input, obs, actions, next_obs)
 
     def relabel_replay(self) -> None:
         """Recompute the rewards in the algorithm's replay buffers with the newest reward model
@@ -539,11 +556,11 @@ class Pipeline:
         if version == self.relabeled_version or not self.run.replay_buffers:
             return
         t0 = time.perf_counter()
-        on_next = self.cfg.reward_input == "next-obs"
+        kind = self.cfg.reward_input
         for buffer, env_action in self.run.replay_buffers:
             buffer.relabel(
-                lambda obs, act, nxt, env_action=env_action: snap.reward(
-                    nxt if on_next else obs, env_action(act)
+                lambda obs, act, nxt, env_action=env_action: policy_reward(
+                    snap, kind, obs, env_action(act), nxt
                 )
             )
         self.relabel_s += time.perf_counter() - t0

@@ -27,6 +27,12 @@ Details that matter (each cost someone weeks; see docs/preferences.md):
   `reward_std`: r = reward_std · mean_k((r̂_k − μ_k) / σ_k). Offsets μ_k and scales σ_k are
   recomputed after every training round (not a running average over all history, which Rahtz's
   issue #5 found never forgets an early, wrong model).
+- **Progress** (`prefs.reward_input=progress`, a model of states alone): the policy's reward is
+  the change of the learned state reward, r = reward_std · mean_k((r̂_k(o') − r̂_k(o)) / d_k),
+  where d_k is the root mean square of member k's one-step differences r̂_k(o_{t+1}) − r̂_k(o_t)
+  over recent experience (recomputed with μ_k, σ_k). The offsets cancel in a difference and are
+  not subtracted, so the reward stays a pure difference of a potential (docs/preferences.md,
+  "What the model judges").
 """
 
 from __future__ import annotations
@@ -195,6 +201,7 @@ class RewardModel:
         self.obs_rms = RunningMeanStd(self.obs_shape)
         self.out_mean = np.zeros(members)
         self.out_std = np.ones(members)
+        self.diff_scale = np.ones(members)  # RMS of one-step differences (progress rewards)
         self.batch_size, self.noise, self.reward_std = batch_size, noise, reward_std
         self.rng = rng or np.random.default_rng(0)
         self.updates = 0
@@ -327,10 +334,15 @@ class RewardModel:
                 g["weight_decay"] = self.l2[k]
 
     @torch.no_grad()
-    def calibrate(self, obs: np.ndarray, act: np.ndarray) -> None:
-        """Per-member output offset and scale over recent experience (obs, act)."""
+    def calibrate(self, obs: np.ndarray, act: np.ndarray, transitions=None) -> None:
+        """Per-member output offset and scale over recent experience (obs, act); with
+        `transitions` (o_t, o_{t+1}), pairs of consecutive observations, a model of states also
+        gets the scale of its one-step differences (the reward of `progress`)."""
         for k, r in enumerate(self.raw_outputs(obs, act).numpy()):
             self.out_mean[k], self.out_std[k] = r.mean(), max(r.std(), 1e-6)
+        if transitions is not None and not self.use_actions:
+            diff = self.raw_rewards(transitions[1], None) - self.raw_rewards(transitions[0], None)
+            self.diff_scale = np.maximum(np.sqrt(np.mean(diff**2, axis=1)), 1e-6)
 
     @torch.no_grad()
     def raw_outputs(self, obs: np.ndarray, act: np.ndarray) -> torch.Tensor:
@@ -363,19 +375,32 @@ class RewardModel:
     # -- using it ------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
-        """(members, N) normalized rewards of N steps."""
+    def raw_rewards(self, obs: np.ndarray, act: np.ndarray | None) -> np.ndarray:
+        """(members, N) raw outputs r̂_k of N steps (`act` is unused by a model of states)."""
+        if act is None:
+            act = np.zeros(len(obs), np.int64)
         fused = getattr(self, "fused", None)
         if fused is not None:
             o, a = self.encode(obs, act)
-            raw = fused(torch.cat([o, a], -1)).numpy()
-        else:
-            raw = self.raw_outputs(obs, act).numpy()
+            return fused(torch.cat([o, a], -1)).numpy()
+        return self.raw_outputs(obs, act).numpy()
+
+    def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
+        """(members, N) normalized rewards of N steps."""
+        raw = self.raw_rewards(obs, act)
         return (raw - self.out_mean[:, None]) / self.out_std[:, None]
 
     def reward(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
         """The reward the policy sees: reward_std · mean over members of normalized r̂_k."""
         return self.reward_std * self.member_rewards(obs, act).mean(0)
+
+    def progress(self, obs: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
+        """The reward of `prefs.reward_input=progress` (a model of states): the change of the
+        learned state reward, reward_std · mean_k((r̂_k(next_obs) − r̂_k(obs)) / d_k)."""
+        raw = self.raw_rewards(np.concatenate([obs, next_obs]), None)
+        n = len(obs)
+        diff = (raw[:, n:] - raw[:, :n]) / self.diff_scale[:, None]
+        return self.reward_std * diff.mean(0)
 
     @torch.no_grad()
     def preference_probs(self, left, right) -> np.ndarray:
@@ -399,6 +424,7 @@ class RewardModel:
         twin.opts = []
         twin.obs_rms = copy.deepcopy(self.obs_rms)
         twin.out_mean, twin.out_std = self.out_mean.copy(), self.out_std.copy()
+        twin.diff_scale = self.diff_scale.copy()
         twin.fused = None if twin.nets[0].image else FusedMLP(twin.nets)
         twin._fused = (twin.updates, FusedCNN(twin.nets)) if twin.image else None
         twin._stats_cache = None
@@ -411,6 +437,7 @@ class RewardModel:
             "obs_rms": self.obs_rms.state_dict(),
             "out_mean": self.out_mean.tolist(),
             "out_std": self.out_std.tolist(),
+            "diff_scale": self.diff_scale.tolist(),
             "updates": self.updates,
         }
 
@@ -420,6 +447,8 @@ class RewardModel:
         self.l2 = list(state["l2"])
         self.obs_rms.load_state_dict(state["obs_rms"])
         self.out_mean, self.out_std = np.array(state["out_mean"]), np.array(state["out_std"])
+        # saved before progress rewards existed: the scale of the levels (not of the changes)
+        self.diff_scale = np.array(state.get("diff_scale", state["out_std"]))
         self.updates = int(state["updates"])
         self._fused = None
 

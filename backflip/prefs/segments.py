@@ -75,6 +75,19 @@ class SegmentStore:
         act = np.stack([items[s].actions[i] for s, i in zip(seg, t, strict=True)])
         return obs, act
 
+    def sample_transitions(self, n: int, rng: np.random.Generator):
+        """`n` random pairs of consecutive observations (o_t, o_{t+1}) within stored segments
+        (the scale of `prefs.reward_input=progress`); None when segments are one step long."""
+        items = list(self.items)
+        length = items[0].obs.shape[0]
+        if length < 2:
+            return None
+        seg = rng.integers(0, len(items), n)
+        t = rng.integers(0, length - 1, n)
+        obs = np.stack([items[s].obs[i] for s, i in zip(seg, t, strict=True)])
+        nxt = np.stack([items[s].obs[i + 1] for s, i in zip(seg, t, strict=True)])
+        return obs, nxt
+
 
 SELECTIONS = ("random", "disagreement", "entropy", "k-center")
 

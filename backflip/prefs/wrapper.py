@@ -6,8 +6,9 @@ true one. The algorithm needs no change: every algorithm makes its envs with `ru
 
 On each step it
 1. replaces the env's reward with the pipeline's current reward model, r̂(o_t, a_t) (or r̂(o_{t+1})
-   with `prefs.reward_input=next-obs`), computed for all env copies in one batched forward pass
-   (0 on Gymnasium's autoreset steps, which are not transitions);
+   with `prefs.reward_input=next-obs`, r̂(o_{t+1}) − r̂(o_t) with `progress`), computed for all env
+   copies in one batched forward pass (0 on Gymnasium's autoreset steps, which are not
+   transitions);
 2. hands the true transition to the pipeline (segments for queries, true returns for metrics);
 3. lets the pipeline run its synchronous tick, or publish the async worker's metrics.
 """

@@ -45,10 +45,12 @@ sync_api = pytest.importorskip(
     "playwright.sync_api", reason="browser tests need Playwright: pip install -e '.[test]'"
 )
 
-# The person's run: MovingDot from positions, the preset's policy and pipeline with 300 labels
-# (docs/preferences.md, "A person in the loop"), seed 0.
+# The person's run: MovingDot from positions, the preset's policy and pipeline with 300 labels,
+# 2e5 agent steps (the preset's) and the policy rewarded for progress on the learned state reward,
+# r̂(o') − r̂(o) (`prefs.reward_input=progress`: this person judges where the dot gets), seed 0
+# (docs/preferences.md, "A person in the loop: results").
 LABELS = 300
-STEPS = 150_000
+STEPS = 200_000
 PERSON_RUN = [
     "prefs",
     "train",
@@ -61,6 +63,8 @@ PERSON_RUN = [
     str(LABELS),
     "--steps",
     str(STEPS),
+    "--set",
+    "prefs.reward_input=progress",
     "--seed-list",
     "0",
     "--no-progress",
@@ -275,9 +279,10 @@ def test_a_scripted_person_trains_moving_dot_through_the_page(home, browser):
     screenshot_ok(ARTIFACTS / "label-waiting.png")
     if score < 0.9:
         # The issue's learning target (>= 0.9 of PPO on the true reward with <= 300 labels) is
-        # not met yet: this person's end-position answers with 10% mistakes reach -0.5 to 0.4
-        # with every setting tried (docs/preferences.md, "A person in the loop: results"). Everything
-        # above (waiting, every label through the page, refusals) is checked regardless; the
+        # met with these settings when this person is simulated as a labeler (0.98, 0.99, 0.995
+        # on seeds 0-2), but not yet through the page: 0.68 and 0.71 (2e5 steps) and 0.66 (3e5)
+        # on 2026-11-25 (docs/preferences.md, "A person in the loop: results"). Everything above
+        # (waiting, every label through the page, refusals) is checked regardless; the
         # shortfall is reported, with its figures, instead of passing silently.
         pytest.xfail(
             f"greedy true return {ours:.1f} is {score:.2f} of PPO on the true reward "
