@@ -39,8 +39,17 @@ COMMANDS = [
 ]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with bad arguments reported as one line (exit status 2), like every other bad
+    input, pointing at `--help` instead of printing the usage block."""
+
+    def error(self, message: str):
+        print(f"error: {self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="backflip", description="A lab bench for deep RL that makes silent failures loud."
     )
     parser.add_argument("--version", action="version", version=f"backflip {__version__}")

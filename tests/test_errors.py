@@ -100,3 +100,17 @@ def test_bad_config_file(cli, tmp_path):
 
 def test_runs_json_on_empty_archive(cli):
     assert json.loads(cli("runs", "--json").stdout) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "ppo", "--env", "CartPole-v1", "--seeds", "abc"],
+        ["train", "ppo", "--env", "CartPole-v1", "--workers", "x"],
+        ["prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labels", "q"],
+        ["trian"],
+        ["runs", "--bogus"],
+    ],
+)
+def test_arguments_argparse_refuses_are_one_line_too(cli, args):
+    assert_clean_error(cli(*args, check=False), "--help")
