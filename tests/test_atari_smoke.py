@@ -102,6 +102,6 @@ def test_a_lost_life_ends_the_training_episode_but_not_the_game():
 )
 def test_pong_has_a_cpu_preset_and_the_papers(cli, args, preset, labels):
     out = cli("prefs", "train", "ppo", "--env", "PongNoFrameskip-v4", *args, "--list-keys").stdout
-    assert f"prefs.preset = '{preset}'" in out
-    assert f"prefs.labels = {labels} " in out
-    assert "  epochs = 3 " in out  # the policy: the PPO paper's Atari settings either way
+    assert f"prefs.preset={preset} " in out
+    assert f"prefs.labels={labels} " in out
+    assert "  epochs=3 " in out  # the policy: the PPO paper's Atari settings either way

@@ -168,7 +168,7 @@ def ask_task(pcfg, interactive: bool) -> None:
 
 def run(args) -> int:
     from backflip.commands.train import execute, list_keys
-    from backflip.config import describe
+    from backflip.config import describe, format_value
     from backflip.runs.archive import home_dir
 
     if not args.stage:
@@ -182,8 +182,8 @@ def run(args) -> int:
     if args.list_keys:
         list_keys(cfg)
         print("# PrefsConfig")
-        for name, tp, _default, doc in describe(type(pcfg)):
-            print(f"  prefs.{name} = {getattr(pcfg, name)!r}  ({tp}) {doc}")
+        for name, tp, _default, doc in describe(type(pcfg)):  # key=value as --set takes it
+            print(f"  prefs.{name}={format_value(getattr(pcfg, name))}  ({tp}) {doc}")
         return 0
     ask_task(pcfg, sys.stdin.isatty() and not args.json)
     from backflip.prefs.presets import PAPER
