@@ -148,8 +148,8 @@ class Domain:
     """What one setting accepts beyond its type: every number is finite; `low`/`high` bound it
     (`low_open`/`high_open` exclude the bound itself); `special` values are allowed outside the
     range (`-1: never`); `choices` for words; `sizes` for a list of layer sizes: `min_len` to
-    `max_len` of them, each in [1, `item_max`]; `usual_max`: above it the value is accepted
-    with a warning."""
+    `max_len` of them, each in [1, `item_max`]; `usual_max` / `usual_min`: above / below them
+    the value is accepted with a warning."""
 
     low: float | None = None
     high: float | None = None
@@ -162,6 +162,7 @@ class Domain:
     item_max: int = 4096
     sizes: bool = False
     usual_max: float | None = None
+    usual_min: float | None = None
 
     def text(self) -> str:
         """The domain as `--list-keys` and error messages say it: '> 0', 'in (0, 1]', ..."""
@@ -255,7 +256,7 @@ DOMAINS: dict[str, Domain] = {
     "vf_lr": LR,
     "clip": NON_NEGATIVE,
     "vf_coef": NON_NEGATIVE,
-    "ent_coef": NON_NEGATIVE,
+    "ent_coef": Domain(usual_min=0),  # < 0 penalizes exploration: the doctor's collapse test
     "max_grad_norm": NON_NEGATIVE,
     "target_kl": NON_NEGATIVE,
     "hidden": SIZES,
@@ -348,6 +349,16 @@ def check_domains(values: dict[str, Any], prefix: str = "", algo: str | None = N
         ):
             warnings.warn(
                 f"{key}={_num(value)} is unusually large (usually <= {_num(domain.usual_max)})",
+                SettingWarning,
+                stacklevel=2,
+            )
+        if (
+            domain.usual_min is not None
+            and isinstance(value, int | float)
+            and value < domain.usual_min
+        ):
+            warnings.warn(
+                f"{key}={_num(value)} is unusually small (usually >= {_num(domain.usual_min)})",
                 SettingWarning,
                 stacklevel=2,
             )

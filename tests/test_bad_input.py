@@ -300,7 +300,7 @@ def test_bad_seed_lists(stub_launch, seed_list, words):
         ("hidden=0", "hidden sizes must be in [1, 4,096], got 0"),
         ("hidden=-64,64", "hidden sizes must be in"),
         ("lr=inf", "lr must be a finite number > 0, got inf"),
-        ("ent_coef=nan", "ent_coef must be a finite number >= 0, got nan"),
+        ("ent_coef=nan", "ent_coef must be a finite number, got nan"),
         ("clip=inf", "clip must be a finite number >= 0"),
         ("minibatch_size=100000", "minibatch_size (100,000) is larger than the rollout"),
         ("hidden=64,,64", "empty item"),

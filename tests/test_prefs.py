@@ -572,6 +572,8 @@ def test_a_person_can_end_labeling_early_and_the_run_trains_on(home):
             time.sleep(0.1)
         folder = next(home.glob("*/seeds/0/prefs.sqlite")).parent
         db = PreferenceDB(folder / "prefs.sqlite")
+        while "task" not in db.meta() and time.monotonic() < deadline:  # written just after
+            time.sleep(0.1)
         assert db.meta()["task"] == "reach the centre"
         answered = 0
         while answered < 5 and time.monotonic() < deadline:
