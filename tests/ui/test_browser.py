@@ -203,10 +203,11 @@ def test_compare_page_renders_curves_and_a_verdict(page, ui_server, ui_archive):
     shot(page, "compare")
 
 
-def test_live_run_step_count_advances_without_reload(page, ui_server, ui_archive):
-    home = ui_archive["home"]
+def start_training(home: Path, args: list[str]) -> tuple[subprocess.Popen, str]:
+    """`backflip train ppo --env CartPole-v1 ARGS` in the background: its process and run id
+    (read from its first line; the caller stops it with `kill_tree`)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", *LIVE_ARGS],
+        [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -214,7 +215,16 @@ def test_live_run_step_count_advances_without_reload(page, ui_server, ui_archive
         cwd=ROOT,
     )
     try:
-        run_id = proc.stdout.readline().split()[1].rstrip(":")
+        return proc, proc.stdout.readline().split()[1].rstrip(":")
+    except IndexError:  # no "run ID: ..." line: it failed at once
+        kill_tree(proc)
+        raise
+
+
+def test_live_run_step_count_advances_without_reload(page, ui_server, ui_archive):
+    home = ui_archive["home"]
+    proc, run_id = start_training(home, LIVE_ARGS)
+    try:
         page.goto(f"{ui_server.base}/runs/{run_id}")
         page.evaluate("window.__sameDocument = 42")
         steps = page.locator('[data-seed-steps="0"]')
@@ -252,16 +262,8 @@ def test_live_run_page_shows_a_new_seeds_curves_and_the_final_findings(page, ui_
     home = ui_archive["home"]
     args = ["--seeds", "2", "--workers", "1", "--steps", "6000", "--set", "epochs=1"]
     args += ["--set", "env.reward_scale=1000", "--no-progress"]  # a fault the doctor names
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=cli_env(home),
-        cwd=ROOT,
-    )
+    proc, run_id = start_training(home, args)
     try:
-        run_id = proc.stdout.readline().split()[1].rstrip(":")
         page.goto(f"{ui_server.base}/runs/{run_id}")
         page.evaluate("window.__sameDocument = 7")
         assert page.locator('[data-seed-steps="1"]').inner_text() == "0"  # not started yet
