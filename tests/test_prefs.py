@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -549,9 +550,6 @@ def test_fused_inference_equals_the_members_one_by_one():
 
 
 def test_a_person_can_end_labeling_early_and_the_run_trains_on(home):
-    import json
-    import time
-
     args = [
         "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labeler", "human",
         "--labels", "40", "--steps", "4096", "--set", "num_steps=64", "--set", "epochs=1",
@@ -600,6 +598,71 @@ def test_a_person_can_end_labeling_early_and_the_run_trains_on(home):
     assert status["labels_ended_early"]["labels"] == 5
     assert db.counts()["labeled"] == 5 and db.counts()["pending"] <= 20
     db.close()
+
+
+def person_run(home, delay: float) -> tuple[dict, list]:
+    """A small human-labeled MovingDot run answered through its database by a scripted person
+    (the clip whose dot ends nearer the centre is better), `delay` seconds after each query
+    appears. Returns the run record and the labels."""
+    from backflip.envs.moving_dot import CENTRE, HEIGHT, WIDTH
+
+    args = [
+        "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labeler", "human",
+        "--labels", "30", "--steps", "6144", "--set", "num_steps=64", "--set", "epochs=2",
+        "--set", "prefs.pretrain_updates=20", "--set", "prefs.round_updates=10",
+        "--set", "prefs.tick_steps=1024", "--set", "prefs.rm_updates_per_kstep=5",
+        "--set", "prefs.reward_input=progress", "--set", "eval_episodes=2",
+        "--set", "env.max_episode_steps=100", "--seed-list", "3", "--no-progress", "--json",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", *args],
+        env=cli_env(home),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not list(home.glob("*/seeds/3/prefs.sqlite")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        db = PreferenceDB(next(home.glob("*/seeds/3/prefs.sqlite")))
+
+        def end(sid):
+            x, y = db.segment(sid).obs[-1]
+            return np.hypot(x * WIDTH - CENTRE[0], y * HEIGHT - CENTRE[1])
+
+        while proc.poll() is None and time.monotonic() < deadline:
+            for q, left, right in db.pending(1):
+                time.sleep(delay)
+                choice = "left" if end(left) < end(right) else "right"
+                db.answer(q, "equal" if end(left) == end(right) else choice, "scripted")
+            time.sleep(0.01)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    labels = db.labels()
+    db.close()
+    return as_json(out), labels
+
+
+@pytest.mark.slow
+def test_a_persons_run_depends_on_the_answers_not_on_when_they_come(tmp_path):
+    # lockstep (prefs.max_debt=0, the default): each label is asked when it falls due and the
+    # policy waits for it, so a quick and a slow person giving the same answers train the same
+    # reward model and the same policy
+    (tmp_path / "quick").mkdir(), (tmp_path / "slow").mkdir()
+    quick, quick_labels = person_run(tmp_path / "quick", delay=0.0)
+    slow, slow_labels = person_run(tmp_path / "slow", delay=0.15)
+    assert len(quick_labels) == 30 and quick_labels == slow_labels
+    mq = read_metrics(f"{quick['dir']}/seeds/3/metrics.csv")
+    ms = read_metrics(f"{slow['dir']}/seeds/3/metrics.csv")
+    assert ms["prefs/wait_s"][1][-1] > mq["prefs/wait_s"][1][-1]
+    for name in ("reward_model/val_loss", "train/entropy", "prefs/true_return_mean"):
+        assert np.array_equal(mq[name][1], ms[name][1]), name
+    assert quick["seeds"][0]["final_eval_return"] == slow["seeds"][0]["final_eval_return"]
 
 
 def test_a_human_run_without_a_task_statement_asks_for_one(cli, home):

@@ -17,10 +17,15 @@ they run in a background thread while the algorithm's loop runs in the main thre
 agent's step clock (`rm_updates_per_kstep`): faster on a free core, but the interleaving of the two
 threads differs between runs, so results are not reproducible.
 
-**Waiting for a person.** A human-labeled seed never runs far ahead of its label schedule: when
-more than `max_debt` labels that are due are unanswered, the policy pauses inside its env step
-(status `waiting`, with the labels needed, in status.json, the progress line and the UI) and goes
-on once answers bring the debt down to half the bound. A person can end labeling early from the
+**Waiting for a person.** A human-labeled seed never runs ahead of its label schedule by more
+than `max_debt` labels: when more due labels than that are unanswered, the policy pauses inside its
+env step (status `waiting`, with the labels needed, in status.json, the progress line and the UI)
+and goes on once answers bring the debt down to half the bound. The default bound, 0, is lockstep:
+each label is asked when it falls due and the policy waits for its answer, so the reward model at
+every step has seen exactly the labels the schedule says, and the run is a function of the seed
+and the answers (the same person, or a scripted one, gives the same curves, however fast they
+answer). A larger bound lets the policy train on while the person catches up: less waiting on
+the wall clock, but when each answer arrives then changes the run. A person can end labeling early from the
 page ("train on with the labels I gave"): the seed then trains on without asking for more, and
 its result records when and by whom. Synthetic labelers answer at once and never wait.
 
@@ -162,9 +167,10 @@ class PrefsConfig:
     ε_equal times an average segment's; unset: 0, or bpref-equal's 0.1"""
     max_pending: int = 20
     """human labeler: unanswered queries kept ready in the database"""
-    max_debt: int = 10
+    max_debt: int = 0
     """human labeler: the policy pauses when more than this many due labels are unanswered, and
-    goes on once answers bring the debt down to half of it"""
+    goes on once answers bring the debt down to half of it; 0 (lockstep) waits for every label as
+    it falls due, so the run depends only on the seed and the answers, not on when they come"""
     double_share: float = 0.0
     """human labeler: share of queries shown to two people, whose answers combine into one label
     (docs/preferences.md, "Several people")"""
