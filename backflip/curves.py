@@ -61,6 +61,29 @@ def _last_per_step(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, n
     return uniq, values[::-1][first_from_end]
 
 
+def rolling_mean(steps: np.ndarray, returns: np.ndarray, window: int):
+    """(steps, mean of the last `window` episodes at each episode end): a return curve from
+    every episode's return, as `rollout/ep_return_mean` (window 20) or SB3's `ep_rew_mean`
+    (window 100) are."""
+    if steps.size == 0:
+        return steps, np.asarray(returns, np.float64)
+    csum = np.cumsum(np.insert(np.asarray(returns, np.float64), 0, 0.0))
+    idx = np.arange(1, len(returns) + 1)
+    lo = np.maximum(0, idx - window)
+    return _last_per_step(np.asarray(steps), (csum[idx] - csum[lo]) / (idx - lo))
+
+
+def peer_return_curve(data, window: int = 100):
+    """A TensorBoard log's training-return curve (a `doctor.sources.RunData` read from SB3 or
+    CleanRL): with every episode logged (CleanRL), the mean of the last `window` at each episode
+    end; else SB3's `rollout/ep_rew_mean`, the mean of its last 100 episodes (SB3's default
+    `stats_window_size`). Empty arrays when the log has neither."""
+    if data.episodes is not None:
+        steps, rets = data.episodes[0], data.episodes[1]
+        return rolling_mean(steps, rets, window)
+    return _last_per_step(*data.metrics.get("rollout/ep_return_mean", EMPTY))
+
+
 def seed_curve(folder: str | Path, metric: str = RETURN, window: int = 20):
     """(steps, values) of one seed's metric; empty arrays if it never logged it."""
     folder = Path(folder)
@@ -69,12 +92,7 @@ def seed_curve(folder: str | Path, metric: str = RETURN, window: int = 20):
         if not path.exists():
             return EMPTY
         steps, rets, _ = read_episodes(path)
-        if steps.size == 0:
-            return steps, rets
-        csum = np.cumsum(np.insert(rets, 0, 0.0))
-        idx = np.arange(1, rets.size + 1)
-        lo = np.maximum(0, idx - window)
-        return _last_per_step(steps, (csum[idx] - csum[lo]) / (idx - lo))
+        return rolling_mean(steps, rets, window)
     return seed_metrics(folder).get(metric, EMPTY)
 
 
@@ -327,7 +345,7 @@ def run_curve(
         seeds = read_record(run_dir)["config"]["seeds"]
     per_seed = run_seed_curves(run_dir, seeds, metric, window)
     agg = aggregate_curves(list(per_seed.values()), points)
-    return {**agg, "metric": metric, "seeds": list(per_seed)}
+    return {**agg, "metric": metric, "seeds": list(per_seed), "window": window}
 
 
 def metric_names(run_dir: str | Path, seeds) -> set[str]:

@@ -254,6 +254,37 @@ def summarize(values) -> dict:
     }
 
 
+def summarize_tasks(tasks: list) -> dict:
+    """`summarize` across tasks on normalized scores (one list per task, None for a seed without
+    a score): the IQM, mean and median pool every run, resampled within its task; adds the
+    optimality gap (`og`, `og_ci`) and `tasks`."""
+    clean = [
+        np.asarray([v for v in t if v is not None and np.isfinite(v)], np.float64) for t in tasks
+    ]
+    if not clean or min(t.size for t in clean) == 0:
+        return {"n": 0, "tasks": len(tasks)}
+    agg = aggregate(clean, statistics=NORMALIZED_STATISTICS)
+    x = np.concatenate(clean)
+    return {
+        "n": fewest_runs(clean),
+        "runs": int(x.size),
+        "tasks": len(clean),
+        "iqm": agg["iqm"][0],
+        "ci_low": agg["iqm"][1],
+        "ci_high": agg["iqm"][2],
+        "mean": agg["mean"][0],
+        "mean_ci": [agg["mean"][1], agg["mean"][2]],
+        "median": agg["median"][0],
+        "median_ci": [agg["median"][1], agg["median"][2]],
+        "og": agg["optimality_gap"][0],
+        "og_ci": [agg["optimality_gap"][1], agg["optimality_gap"][2]],
+        "min": float(x.min()),
+        "max": float(x.max()),
+        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+        "trustworthy": bool(fewest_runs(clean) >= MIN_TRUSTWORTHY_SEEDS),
+    }
+
+
 # --- comparisons ----------------------------------------------------------------------------------
 
 
