@@ -511,7 +511,7 @@ def compare_runs(
         "metric": SCORE_KINDS[score] + (", normalized" if sides[0]["normalized"] else ""),
         "score": score,
         "score_note": score_note(sides, score, asked),
-        "normalized": sides[0]["normalized"],
+        "normalized": all(s["normalized"] for s in sides),
         "curve_metric": metric,
         "sides": sides,
         "pairs": pairs,
@@ -583,11 +583,13 @@ def format_report(report: dict) -> str:
     from backflip.summary import fmt
 
     sides = report["sides"]
-    norm = report.get("normalized")
+    norm = any(s["normalized"] for s in sides)
+    mixed = norm and not all(s["normalized"] for s in sides)
     table = Table(box=None, header_style="bold", pad_edge=False)
     cols = ["", "run", "algo", "env", "seeds", "steps/seed", "params", "tuning runs"]
     what = {"eval": "final return", "train": "training return"}[report.get("score", "eval")]
-    cols += [f"{'normalized ' if norm else ''}{what} IQM [95% CI]", "mean", "min", "max"]
+    head = f"normalized {what} IQM [95% CI]" if norm and not mixed else f"{what} IQM [95% CI]"
+    cols += [head + (" (* normalized)" if mixed else ""), "mean", "min", "max"]
     if norm:
         cols.append("optimality gap [95% CI]")
     for c in cols:
@@ -597,6 +599,8 @@ def format_report(report: dict) -> str:
         r = s["summary"]
         ci = stats.interval(r.get("ci_low"), r.get("ci_high"), r.get("n"), digits=d)
         iqm = "-" if not r.get("n") else f"{fmt(r['iqm'], d)} {ci}"
+        if mixed and s["normalized"] and r.get("n"):
+            iqm = "* " + iqm
         n_seeds = f"{r.get('n', 0)}/{len(s['seeds'])}"
         if s["normalized"]:
             n_seeds = f"{r.get('runs', 0)}/{len(s['seeds'])}"
@@ -617,7 +621,7 @@ def format_report(report: dict) -> str:
         ]
         if norm:
             og = "-"
-            if r.get("n"):
+            if r.get("n") and s["normalized"]:
                 og = f"{fmt(r['og'], 2)} {stats.interval(*r['og_ci'], r['n'], digits=2)}"
             row.append(og)
         table.add_row(*row)

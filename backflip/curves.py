@@ -376,3 +376,21 @@ def run_metric_curves(
             agg = aggregate_curves(list(per_seed.values()), points, per_seed=True, digits=digits)
             out[name] = {**agg, "seeds": list(per_seed)}
     return out
+
+
+def normalized_runs_curve(run_dirs: list[Path], budgets: list[int] | None = None) -> dict | None:
+    """The sample-efficiency curve of runs on different envs (one run per env, each a task):
+    every seed's training-return curve normalized by `backflip.references`, aggregated by
+    `aggregate_task_curves` (x: steps, or the fraction of each budget when budgets differ).
+    None when a run has no curve."""
+    from backflip.references import normalize
+
+    tasks = []
+    for run_dir in run_dirs:
+        record = read_record(Path(run_dir))
+        per_seed = run_seed_curves(run_dir, record["config"]["seeds"])
+        if not per_seed:
+            return None
+        env = record["env"]
+        tasks.append([(s, normalize(env, v), end) for s, v, end in per_seed.values()])
+    return aggregate_task_curves(tasks, budgets)

@@ -6,8 +6,8 @@ Every figure shows uncertainty: curves are the IQM across seeds with a 95% boots
 distributions (performance profiles) carry their stratified bootstrap band (`backflip.stats`).
 
 **For papers.** A figure is one column (`SINGLE_COLUMN`, 3.3 in) or the full text width of a
-two-column paper (`DOUBLE_COLUMN`, 6.9 in) wide, with 8 pt text (7 pt ticks and legends), so it
-is printed at its own size and stays readable. The format is the file's: PNG (200 dpi), SVG or
+two-column paper (`DOUBLE_COLUMN`, 6.9 in) wide, with 8 pt text everywhere (9 pt for a figure's
+title), so it is printed at its own size and stays readable. The format is the file's: PNG (200 dpi), SVG or
 PDF (`figure_path` resolves `--format` against a file name). Fonts are embedded: PDF as TrueType
 (`pdf.fonttype` 42, never Type 3, which journals and arXiv reject), SVG with every glyph as a
 path (`svg.fonttype` "path": the figure renders the same where the font is not installed; the
@@ -31,10 +31,10 @@ PAPER = {
     "font.size": 8,
     "axes.titlesize": 8,
     "axes.labelsize": 8,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "legend.fontsize": 7,
-    "figure.titlesize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "figure.titlesize": 9,
     "lines.linewidth": 1.2,
     "lines.markersize": 3,
     "axes.linewidth": 0.6,
@@ -317,5 +317,5 @@ def run_figure(run_dir: str | Path, path: str | Path, metric: str = "return") ->
     ax.set_ylabel(metric)
     ax.set_title(f"{record['id']}: {record['algo']} on {record['env']}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncols=2)
+    ax.legend(ncols=2)
     return _save(fig, path)
