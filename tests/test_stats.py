@@ -1,5 +1,7 @@
 """Seed statistics agree with rliable (Agarwal et al. 2021) and behave as their definitions say."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from rliable import library as rly  # a test dependency (extra: test)
@@ -263,3 +265,21 @@ def test_tasks_with_different_budgets_share_an_axis_of_budget_fractions():
     assert agg["x"] == "fraction of budget"
     assert agg["step"] == pytest.approx(np.linspace(0, 1, 11).tolist())
     assert agg["iqm"] == pytest.approx(agg["step"])  # both tasks at the same fraction
+
+
+def test_the_reference_table_in_the_docs_is_the_modules():
+    from backflip.references import markdown_table
+
+    text = (Path(__file__).parent.parent / "docs" / "experiments.md").read_text()
+    begin, end = "<!-- references: begin -->\n", "\n<!-- references: end -->"
+    assert text[text.index(begin) + len(begin) : text.index(end)] == markdown_table()
+
+
+def test_the_random_scores_are_what_random_actions_score():
+    from backflip.references import REFERENCES, normalize
+    from benchmarks.random_scores import random_returns
+
+    x = random_returns("CartPole-v1", 100)
+    assert REFERENCES["CartPole-v1"].random == pytest.approx(x.mean(), abs=x.std() / 10)
+    assert normalize("CartPole-v1", 475.0) == 1.0 and normalize("CartPole-v1", 25.0) == 0.0
+    assert normalize("CartPole-v1", [500.0, None]) == [pytest.approx(475 / 450), None]
