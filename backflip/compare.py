@@ -70,9 +70,10 @@ def score_definition(record: dict) -> dict:
 def incomparable(a: dict, b: dict) -> str | None:
     """Why the final scores of sides `a` and `b` can't be compared, or None when they can."""
     if a["score"] != b["score"] or "mixed" in (a["score"], b["score"]):
-        kind = lambda s: "mixed" if s["score"] == "mixed" else SCORE_KINDS[s["score"]]  # noqa: E731
+        plural = {"eval": "final greedy evaluation returns", "train": "training-episode returns"}
+        kind = lambda s: plural.get(s["score"], "of both kinds")  # noqa: E731
         return (
-            f"{a['label']}'s scores are {kind(a)}s and {b['label']}'s are {kind(b)}s: a greedy "
+            f"{a['label']}'s scores are {kind(a)} and {b['label']}'s are {kind(b)}: a greedy "
             "evaluation and training episodes (with exploration) measure different things — "
             "compare like with like (--score train scores every side by its training episodes)"
         )
@@ -258,14 +259,16 @@ def side(
         "label": label,
         "kind": first["kind"] if len({t["kind"] for t in tasks}) == 1 else "mixed",
         "score": first["score"] if len({t["score"] for t in tasks}) == 1 else "mixed",
-        "tasks": [{k: v for k, v in t.items() if k != "seed_curves"} for t in tasks],
+        # per task: both kinds of score (which is which), never the curves (the side's has them)
+        "tasks": [{k: v for k, v in t.items() if k not in ("seed_curves", "curve")} for t in tasks],
         "normalized": len(tasks) > 1,
     }
     if len(tasks) == 1:
         t = out["tasks"][0]
         return out | {
             **{k: t[k] for k in ("id", "dir", "algo", "env", "message", "status", "seeds")},
-            **{k: t[k] for k in ("finals", "params", "steps_per_seed", "tuning", "curve")},
+            **{k: t[k] for k in ("finals", "params", "steps_per_seed", "tuning")},
+            "curve": first["curve"],
             "missing": [s for s, x in zip(t["seeds"], t["finals"], strict=True) if x is None],
             "summary": stats.summarize(t["finals"]),
             "step_budget": (t["steps_per_seed"] or 0) * len(t["seeds"]),
