@@ -134,7 +134,7 @@ def _backflip_task(home: Path, ref: str, metric: str, window: int) -> dict:
     """One backflip run: both kinds of score per seed, fairness facts and its curve."""
     from backflip.curves import RETURN, run_curve, run_seed_curves
 
-    run_dir = resolve_run(home, ref)
+    run_dir = _run_part(home, ref)
     record = load_run(run_dir)
     seeds = record["seeds"]
     train = run_seed_curves(run_dir, [s["seed"] for s in seeds], RETURN, TRAIN_WINDOW)
@@ -161,6 +161,17 @@ def _backflip_task(home: Path, ref: str, metric: str, window: int) -> dict:
         "curve": run_curve(run_dir, metric, window=window),
         "seed_curves": run_seed_curves(run_dir, [s["seed"] for s in seeds], metric, window),
     }
+
+
+def _run_part(home: Path, ref: str) -> Path:
+    """A side's part that is not a peer's logdir must be a backflip run."""
+    path = Path(ref.rsplit("@", 1)[0]).expanduser()
+    if "@" in ref or (path.is_dir() and not (path / "run.json").exists()):
+        raise UserError(
+            f"{ref}: neither a backflip run nor a folder of SB3/CleanRL TensorBoard event files "
+            "(events.out.tfevents.*)"
+        )
+    return resolve_run(home, ref)
 
 
 def _peer_task(ref: str, metric: str, window: int) -> dict:
@@ -308,7 +319,7 @@ def side(
             if x is None
         ],
         "summary": stats.summarize_tasks([t["normalized_finals"] for t in tasks]),
-        "params": None,
+        "params": tasks[0]["params"] if len({t["params"] for t in tasks}) == 1 else None,
         "steps_per_seed": tasks[0]["steps_per_seed"] if len(set(budgets)) == 1 else None,
         "step_budget": sum((t["steps_per_seed"] or 0) * len(t["seeds"]) for t in tasks),
         "tuning": None
@@ -414,7 +425,7 @@ def plot_name(home: Path, refs: list[str]) -> str:
             if is_peer(p):
                 parts.append(Path(p.rsplit("@", 1)[0]).name)
             else:
-                parts.append(resolve_run(home, p).name)
+                parts.append(_run_part(home, p).name)
         names.append("+".join(parts))
     return "-".join(names)
 
@@ -441,12 +452,12 @@ def compare_runs(
     score = choose_score(refs, score)
     parts = [p for ref in refs for p in side_parts(ref)]
     run_parts = [p for p in parts if not is_peer(p)]
-    dirs = [resolve_run(home, ref) for ref in run_parts]
+    dirs = [_run_part(home, ref) for ref in run_parts]
     if len(set(dirs)) < len(dirs):
         raise UserError("the same run is given twice")
     if metric != "return":
         labelled = [
-            (string.ascii_uppercase[i], resolve_run(home, p))
+            (string.ascii_uppercase[i], _run_part(home, p))
             for i, ref in enumerate(refs)
             for p in side_parts(ref)
             if not is_peer(p)
@@ -615,7 +626,7 @@ def format_report(report: dict) -> str:
             s["env"],
             n_seeds,
             f"{steps:,}" if steps else "varies" if s["normalized"] else "?",
-            f"{s['params']:,}" if s["params"] else "?",
+            f"{s['params']:,}" if s["params"] else "by env" if s["normalized"] else "?",
             str(s["tuning"]["runs"]) if s["tuning"] is not None else "?",
             iqm,
             fmt(r.get("mean"), d),
