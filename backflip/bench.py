@@ -215,11 +215,13 @@ def across_envs(home: Path, battery: dict) -> dict:
             continue
         groups.setdefault(e["algo"], []).append((e, references.normalize(e["env"], finals)))
     taus = stats.profile_taus([t for g in groups.values() for _, t in g], include=(0.0, 1.0))
+    # one x axis for every algorithm's curve: steps if every pair has one budget, else fractions
+    fraction = len({e["steps"] for g in groups.values() for e, _ in g}) > 1
     algos = []
     for algo, items in groups.items():
         tasks = [list(t) for _, t in items]
         curve = normalized_runs_curve(
-            [home / e["run"] for e, _ in items], [e["steps"] for e, _ in items]
+            [home / e["run"] for e, _ in items], [e["steps"] for e, _ in items], fraction
         )
         algos.append(
             {

@@ -217,6 +217,7 @@ def aggregate_task_curves(
     reps: int = REPS,
     seed: int = 0,
     level: float = stats.LEVEL,
+    fraction: bool | None = None,
 ) -> dict:
     """rliable's sample-efficiency curve: the IQM over every run of every task at each grid step,
     with a stratified bootstrap band (runs resampled within each task, 2,000 times). `tasks`: per
@@ -225,13 +226,18 @@ def aggregate_task_curves(
     aggregate never silently drops a task.
 
     The x axis is env steps when every task has the same step budget (or `budgets` is None);
-    otherwise it is each task's fraction of its own budget (0..1), said in "x". Returns lists:
+    otherwise it is each task's fraction of its own budget (0..1), said in "x"; `fraction`
+    True or False forces one (several curves drawn on one axis must share it). Returns lists:
     {"step", "iqm", "low", "high", "n", "x", "tasks"} (`step` holds fractions in that case)."""
     tasks = [[c for c in t if c[0].size] for t in tasks]
     if not tasks or not all(tasks):
         raise ValueError("every task needs at least one curve")
     x_label = "steps"
-    if budgets is not None and len(set(budgets)) > 1:
+    if fraction is None:
+        fraction = budgets is not None and len(set(budgets)) > 1
+    if fraction:
+        if budgets is None:
+            raise ValueError("a fraction of the budget needs the budgets")
         x_label = "fraction of budget"
         tasks = [
             [(c[0] / b, c[1], (c[2] if len(c) > 2 else c[0][-1]) / b) for c in t]
@@ -378,7 +384,9 @@ def run_metric_curves(
     return out
 
 
-def normalized_runs_curve(run_dirs: list[Path], budgets: list[int] | None = None) -> dict | None:
+def normalized_runs_curve(
+    run_dirs: list[Path], budgets: list[int] | None = None, fraction: bool | None = None
+) -> dict | None:
     """The sample-efficiency curve of runs on different envs (one run per env, each a task):
     every seed's training-return curve normalized by `backflip.references`, aggregated by
     `aggregate_task_curves` (x: steps, or the fraction of each budget when budgets differ).
@@ -393,4 +401,4 @@ def normalized_runs_curve(run_dirs: list[Path], budgets: list[int] | None = None
             return None
         env = record["env"]
         tasks.append([(s, normalize(env, v), end) for s, v, end in per_seed.values()])
-    return aggregate_task_curves(tasks, budgets)
+    return aggregate_task_curves(tasks, budgets, fraction=fraction)

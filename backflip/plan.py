@@ -475,6 +475,7 @@ def figure(home: Path, reg: dict, path: Path) -> Path:
         for name, runs in tasks_of.items()
     }
     taus = stats.profile_taus([t for ts in scores.values() for t in ts], include=(0.0, 1.0))
+    fraction = len({cfgs[n]["steps"] for runs in tasks_of.values() for n in runs}) > 1
     groups = []
     for name, runs in tasks_of.items():
         tasks = scores[name]
@@ -490,7 +491,7 @@ def figure(home: Path, reg: dict, path: Path) -> Path:
                     "optimality_gap": (s["og"], *s["og_ci"]),
                 },
                 "profile": stats.performance_profile(tasks, taus),
-                "curve": normalized_runs_curve(dirs, [cfgs[n]["steps"] for n in runs]),
+                "curve": normalized_runs_curve(dirs, [cfgs[n]["steps"] for n in runs], fraction),
             }
         )
     if not groups:

@@ -224,7 +224,7 @@ def aggregate_figure(groups: list[dict], path: str | Path, title: str = "") -> P
                 ax.barh(y, hi - lo, left=lo, height=0.6, color=color, alpha=0.35, lw=0)
             ax.plot([value, value], [y - 0.3, y + 0.3], color=color, lw=1.5)
         ax.set_yticks(ys, [g["label"] for g in groups] if key == "iqm" else [])
-        ax.set_title(name + (" (lower is better)" if key == "optimality_gap" else ""))
+        ax.set_title(name + ("\n(lower is better)" if key == "optimality_gap" else ""))
         ax.set_xlabel("normalized score")
         ax.grid(axis="x", alpha=0.3)
     for i, g in enumerate(groups):
@@ -244,7 +244,8 @@ def aggregate_figure(groups: list[dict], path: str | Path, title: str = "") -> P
         ax.set_ylabel("IQM normalized score")
         ax.set_title("sample efficiency, 95% band")
         ax.grid(alpha=0.3)
-    axes[2].legend(loc="best")
+    handles, labels = axes[2].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(groups), 5))
     if title:
         fig.suptitle(title)
     return _save(fig, path)
