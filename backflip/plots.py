@@ -210,7 +210,7 @@ def aggregate_figure(groups: list[dict], path: str | Path, title: str = "") -> P
     None}]."""
     curves = any(g.get("curve") for g in groups)
     ratios = [1.0, 1.0, 1.3] + ([1.5] if curves else [])
-    height = max(1.9, 0.9 + 0.22 * len(groups))
+    height = max(2.5, 1.5 + 0.22 * len(groups))  # room for the legend row below the panels
     fig, axes = _figure(DOUBLE_COLUMN, height, ncols=len(ratios), width_ratios=ratios)
     ys = np.arange(len(groups))[::-1]
     for ax, key, name in (
