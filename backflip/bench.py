@@ -12,6 +12,11 @@ full batteries are only compared with their own kind).
 
 Regression rule, per pair: the previous battery's seeds beat the new ones with
 P(old > new) > 0.75 and the 95% CI of that probability above 0.5.
+
+Across envs (`across_envs`): each algorithm's final returns on its reference envs, normalized by
+`backflip.references`, give rliable's aggregates — IQM and optimality gap with stratified
+bootstrap CIs, score distributions and sample-efficiency curves — in the battery's JSON, its
+table and its figure (`<archive>/bench/<id>.<png|svg|pdf>`).
 """
 
 from __future__ import annotations
@@ -186,10 +191,79 @@ def run_battery(
         for e in battery["entries"]
         if e["judgement"]["status"] == "REGRESSION"
     ]
+    battery["across_envs"] = across_envs(home, battery)
     folder = home / "bench"
     folder.mkdir(exist_ok=True)
     write_json(folder / f"{bid}.json", battery)
     return battery
+
+
+def across_envs(home: Path, battery: dict) -> dict:
+    """Per algorithm, across its reference envs, on normalized scores: {"algos": [{"algo",
+    "envs", "summary" (stats.summarize_tasks), "profile", "curve"}], "skipped": [why]}. Score
+    distributions share one axis of thresholds, so the algorithms' profiles can be overlaid."""
+    from backflip import references
+    from backflip.curves import normalized_runs_curve
+
+    groups: dict[str, list] = {}
+    skipped = []
+    for e in battery["entries"]:
+        why = references.why_not_normalizable(e["env"], _flat_env(battery.get("overrides")))
+        finals = [x for x in e["finals"] if x is not None]
+        if why or not finals:
+            skipped.append(f"{e['algo']}:{e['env']}: {why or 'no final scores'}")
+            continue
+        groups.setdefault(e["algo"], []).append((e, references.normalize(e["env"], finals)))
+    taus = stats.profile_taus([t for g in groups.values() for _, t in g], include=(0.0, 1.0))
+    # one x axis for every algorithm's curve: steps if every pair has one budget, else fractions
+    fraction = len({e["steps"] for g in groups.values() for e, _ in g}) > 1
+    algos = []
+    for algo, items in groups.items():
+        tasks = [list(t) for _, t in items]
+        curve = normalized_runs_curve(
+            [home / e["run"] for e, _ in items], [e["steps"] for e, _ in items], fraction
+        )
+        algos.append(
+            {
+                "algo": algo,
+                "envs": [e["env"] for e, _ in items],
+                "summary": stats.summarize_tasks(tasks),
+                "profile": stats.performance_profile(tasks, taus),
+                "curve": curve,
+            }
+        )
+    return {"algos": algos, "skipped": skipped}
+
+
+def _flat_env(overrides: dict | None) -> dict:
+    """`--set env.reward_scale=...` of a what-if battery, in references' terms."""
+    return {k: v for k, v in (overrides or {}).items() if k.startswith("env.")}
+
+
+def battery_figure(battery: dict, path: Path) -> Path:
+    """rliable's figure of the battery: every algorithm across its envs (`plots.aggregate_figure`)."""
+    from backflip.plots import aggregate_figure
+
+    groups = []
+    for a in battery["across_envs"]["algos"]:
+        s = a["summary"]
+        if not s.get("n"):
+            continue
+        groups.append(
+            {
+                "label": f"{a['algo']} ({len(a['envs'])} env{'s' * (len(a['envs']) != 1)})",
+                "aggregate": {
+                    "iqm": (s["iqm"], s["ci_low"], s["ci_high"]),
+                    "optimality_gap": (s["og"], *s["og_ci"]),
+                },
+                "profile": a["profile"],
+                "curve": a["curve"],
+            }
+        )
+    if not groups:
+        raise UserError("no algorithm has normalized scores to draw (backflip/references.py)")
+    title = f"battery {battery['id']} ({battery['mode']}), {battery['seeds']} seeds per env"
+    return aggregate_figure(groups, path, title)
 
 
 def _mean(xs):
@@ -234,6 +308,29 @@ def markdown_table(battery: dict) -> str:
     return "\n".join(rows)
 
 
+def across_envs_table(battery: dict) -> str:
+    """Each algorithm across its envs on normalized scores: IQM and optimality gap, 95% CIs."""
+    from backflip.summary import fmt
+
+    rows = [
+        "across envs, normalized ((R - R_random) / (R_ref - R_random), docs/experiments.md):",
+        "| algo | envs | runs | IQM [95% CI] | optimality gap [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
+    for a in battery["across_envs"]["algos"]:
+        s = a["summary"]
+        if not s.get("n"):
+            continue
+        rows.append(
+            f"| {a['algo']} | {', '.join(a['envs'])} | {s['runs']} | {fmt(s['iqm'], 2)} "
+            f"{stats.interval(s['ci_low'], s['ci_high'], s['n'], digits=2)} | "
+            f"{fmt(s['og'], 2)} {stats.interval(*s['og_ci'], s['n'], digits=2)} |"
+        )
+    for why in battery["across_envs"]["skipped"]:
+        rows.append(f"not normalized: {why}")
+    return "\n".join(rows)
+
+
 def format_battery(battery: dict) -> str:
     head = (
         f"battery {battery['id']} ({battery['mode']}, {battery['seeds']} seeds, "
@@ -247,6 +344,9 @@ def format_battery(battery: dict) -> str:
     lines.append(markdown_table(battery))
     for note in battery.get("skipped", []):
         lines.append(f"skipped {note}")
+    if battery.get("across_envs", {}).get("algos"):
+        lines.append("")
+        lines.append(across_envs_table(battery))
     if battery["regressions"]:
         lines.append(
             f"REGRESSIONS (P(old > new) > {REGRESSION_POI} with its CI above 0.5): "

@@ -25,6 +25,11 @@ its text, its sha256, the seeds and the resolved configs go to `<archive>/plans/
 on the frozen seeds, and reports every seed of every run — failed ones included, nothing
 excluded — with the plan's hash at the top. Running again shows the same report; a file edited
 after running is reported as such (`plan run` and `plan show` both check).
+
+`env` may list several envs (`env: [CartPole-v1, Acrobot-v1]`): every config then runs on each
+(as runs named `config@env`), and each comparison is judged across tasks on normalized scores
+(`backflip.references`; `stats.compare_tasks`), with every config's IQM and optimality gap
+across the envs in the report and rliable's figure (`figure`).
 """
 
 from __future__ import annotations
@@ -92,6 +97,18 @@ def validate(plan, path) -> None:
             f"config {name!r}: keys algo, env, steps, set",
         )
         need(c.get("env") or plan.get("env"), f"config {name!r} has no env (set `env`)")
+        need(isinstance(c.get("env", ""), str), f"config {name!r}: `env` is one env id")
+    envs = plan.get("env")
+    if isinstance(envs, list):
+        need(
+            envs and all(isinstance(e, str) for e in envs) and len(set(envs)) == len(envs),
+            "`env` must be an env id or a list of distinct env ids",
+        )
+        from backflip.references import why_not_normalizable
+
+        for e in envs:
+            why = why_not_normalizable(e)
+            need(why is None, f"a plan across envs compares normalized scores, but {why}")
     comps = plan["comparisons"]
     need(isinstance(comps, list) and comps, "`comparisons` must list [a, b] pairs")
     for pair in comps:
@@ -103,10 +120,28 @@ def validate(plan, path) -> None:
     need(0 < float(plan.get("alpha", 0.05)) < 1, "`alpha` must be in (0, 1)")
 
 
-def resolve_configs(plan: dict, seeds: list[int]) -> dict:
-    """{config name: TrainConfig} (raises a UserError naming a bad config)."""
+def expand(plan: dict) -> dict[str, dict]:
+    """{run name: config}: each config as written, or with `env` a list, once per env, named
+    `config@env` (a config with its own `env` keeps it)."""
+    envs = plan.get("env")
+    if not isinstance(envs, list):
+        return dict(plan["configs"])
     out = {}
     for name, c in plan["configs"].items():
+        for env in [c["env"]] if c.get("env") else envs:
+            out[f"{name}@{env}"] = {**c, "env": env}
+    return out
+
+
+def runs_of(plan: dict, name: str) -> list[str]:
+    """The run names of one config (one, or one per env)."""
+    return [n for n in expand(plan) if n == name or n.startswith(f"{name}@")]
+
+
+def resolve_configs(plan: dict, seeds: list[int]) -> dict:
+    """{run name: TrainConfig} (raises a UserError naming a bad config)."""
+    out = {}
+    for name, c in expand(plan).items():
         sets = {k: v for k, v in (c.get("set") or {}).items()}
         try:
             out[name] = resolve(
@@ -270,14 +305,22 @@ def build_report(home: Path, reg: dict, records: list[dict]) -> dict:
             padded = [s if s is not None else float("-inf") for s in (x["score"] for x in seeds)]
             entry["success_fraction"] = stats.success_fraction(padded, float(plan["threshold"]))
         configs[name] = entry
+    across = across_envs(plan, configs, by_name) if isinstance(plan.get("env"), list) else None
     comparisons = []
     for a, b in plan["comparisons"]:
-        sa = [s["score"] for s in configs[a]["seeds"] if s["score"] is not None]
-        sb = [s["score"] for s in configs[b]["seeds"] if s["score"] is not None]
-        if not sa or not sb:
-            comparisons.append({"a": a, "b": b, "verdict": "no scores", "b_beats_a": False})
-            continue
-        cmp = stats.compare_pair(sa, sb)
+        if across is not None:
+            ta, tb = across[a]["tasks"], across[b]["tasks"]
+            if not all(ta) or not all(tb):
+                comparisons.append({"a": a, "b": b, "verdict": "no scores", "b_beats_a": False})
+                continue
+            cmp = stats.compare_tasks(ta, tb)
+        else:
+            sa = [s["score"] for s in configs[a]["seeds"] if s["score"] is not None]
+            sb = [s["score"] for s in configs[b]["seeds"] if s["score"] is not None]
+            if not sa or not sb:
+                comparisons.append({"a": a, "b": b, "verdict": "no scores", "b_beats_a": False})
+                continue
+            cmp = stats.compare_pair(sa, sb)
         v = stats.verdict(a, b, cmp, alpha=alpha)
         comparisons.append(
             {"a": a, "b": b, **cmp, "verdict": v, "b_beats_a": v.startswith(f"{b} beats")}
@@ -285,7 +328,31 @@ def build_report(home: Path, reg: dict, records: list[dict]) -> dict:
     wins = [c["b_beats_a"] for c in comparisons]
     success = all(wins) if plan.get("success", "all") == "all" else any(wins)
     late = seeds_used_elsewhere(home, reg)
-    return {"configs": configs, "comparisons": comparisons, "success": success, "reused": late}
+    out = {"configs": configs, "comparisons": comparisons, "success": success, "reused": late}
+    if across is not None:
+        out["across_envs"] = across
+    return out
+
+
+def across_envs(plan: dict, configs: dict, records: dict) -> dict:
+    """Per config, across the plan's envs on normalized scores: {config: {"envs", "tasks"
+    (normalized scores per env, in env order), "summary" (stats.summarize_tasks), "runs"}}."""
+    from backflip.references import normalize
+
+    out = {}
+    for name in plan["configs"]:
+        runs = sorted(runs_of(plan, name), key=lambda n: records[n]["env"])
+        tasks = [
+            normalize(records[n]["env"], [s["score"] for s in configs[n]["seeds"]]) for n in runs
+        ]
+        tasks = [[x for x in t if x is not None] for t in tasks]
+        out[name] = {
+            "envs": [records[n]["env"] for n in runs],
+            "runs": [configs[n]["run"] for n in runs],
+            "tasks": tasks,
+            "summary": stats.summarize_tasks(tasks),
+        }
+    return out
 
 
 def seeds_used_elsewhere(home: Path, reg: dict) -> dict:
@@ -346,6 +413,20 @@ def format_report(reg: dict) -> str:
                 f"    reached {plan['threshold']}: {sf['k']}/{sf['n']} = {fmt(sf['fraction'], 2)} "
                 + stats.interval(*sf["ci"], sf["n"], digits=2, prefix="95% CI ")
             )
+    if rep.get("across_envs"):
+        lines.append("")
+        lines.append("across envs, normalized ((R - R_random) / (R_ref - R_random)):")
+        for name, a in rep["across_envs"].items():
+            s = a["summary"]
+            if not s.get("n"):
+                lines.append(f"  {name}: no scores")
+                continue
+            lines.append(
+                f"  {name} ({', '.join(a['envs'])}): IQM {fmt(s['iqm'], 2)} "
+                f"{stats.interval(s['ci_low'], s['ci_high'], s['n'], digits=2, prefix='95% CI ')}"
+                f", optimality gap {fmt(s['og'], 2)} "
+                f"{stats.interval(*s['og_ci'], s['n'], digits=2, prefix='95% CI ')}"
+            )
     lines.append("")
     for c in rep["comparisons"]:
         lines.append(f"comparison {c['a']} vs {c['b']}: {c['verdict']}")
@@ -356,6 +437,68 @@ def format_report(reg: dict) -> str:
         + ("MET" if rep["success"] else "NOT MET")
     )
     return "\n".join(lines)
+
+
+def figure(home: Path, reg: dict, path: Path) -> Path:
+    """rliable's figure of a plan that ran: each config's normalized scores (across its envs)
+    — IQM and optimality gap with 95% CIs, score distributions, sample-efficiency curves
+    (`plots.aggregate_figure`). Needs reference scores for every env (`backflip.references`)."""
+    from backflip.curves import normalized_runs_curve
+    from backflip.plots import aggregate_figure
+    from backflip.references import normalize, why_not_normalizable
+
+    plan, rep = reg["plan"], reg.get("report")
+    if not rep:
+        raise UserError(f"plan {plan['name']} has not run: nothing to draw")
+    cfgs = reg["configs"]
+    tasks_of = {}
+    for name in plan["configs"]:
+        runs = sorted(runs_of(plan, name), key=lambda n: cfgs[n]["env_id"])
+        for n in runs:
+            why = why_not_normalizable(
+                cfgs[n]["env_id"], {"env." + k: v for k, v in cfgs[n]["env"].items()}
+            )
+            if why:
+                raise UserError(f"no figure for plan {plan['name']}: {why}")
+        tasks_of[name] = runs
+    scores = {
+        name: [
+            [
+                x
+                for x in normalize(
+                    cfgs[n]["env_id"], [s["score"] for s in rep["configs"][n]["seeds"]]
+                )
+                if x is not None
+            ]
+            for n in runs
+        ]
+        for name, runs in tasks_of.items()
+    }
+    taus = stats.profile_taus([t for ts in scores.values() for t in ts], include=(0.0, 1.0))
+    fraction = len({cfgs[n]["steps"] for runs in tasks_of.values() for n in runs}) > 1
+    groups = []
+    for name, runs in tasks_of.items():
+        tasks = scores[name]
+        if not all(tasks):
+            continue
+        s = stats.summarize_tasks(tasks)
+        dirs = [home / rep["configs"][n]["run"] for n in runs]
+        groups.append(
+            {
+                "label": name,
+                "aggregate": {
+                    "iqm": (s["iqm"], s["ci_low"], s["ci_high"]),
+                    "optimality_gap": (s["og"], *s["og_ci"]),
+                },
+                "profile": stats.performance_profile(tasks, taus),
+                "curve": normalized_runs_curve(dirs, [cfgs[n]["steps"] for n in runs], fraction),
+            }
+        )
+    if not groups:
+        raise UserError(f"no figure for plan {plan['name']}: no config has scores")
+    envs = sorted({cfgs[n]["env_id"] for runs in tasks_of.values() for n in runs})
+    title = f"plan {plan['name']} ({reg['hash'][:12]}): {', '.join(envs)}"
+    return aggregate_figure(groups, path, title)
 
 
 def show(home: Path, ref: str) -> tuple[dict, str]:

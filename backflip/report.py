@@ -4,6 +4,8 @@
     <out>/runs/<id>.html        each run's page, as in `backflip ui` (curves embedded as JSON)
     <out>/files/<id>/...        its videos, copied
     <out>/assets/               the style sheet, the page script and uPlot
+    <out>/figures/              with `figures=png|svg|pdf`: the same curves and comparison as
+                                figures for a paper (`backflip.plots`)
 
 The pages are the UI's own templates rendered with links between files (`ReportLinks`), so a
 report and the live UI never drift apart. Checkpoints and other large files stay in the archive
@@ -19,12 +21,17 @@ from backflip.errors import UserError
 
 
 def write_report(
-    run_dirs: list[Path], out: Path, videos: bool = True, home: Path | None = None
+    run_dirs: list[Path],
+    out: Path,
+    videos: bool = True,
+    home: Path | None = None,
+    figures: str | None = None,
 ) -> Path:
     """Write the report for `run_dirs` into `out`; returns the path of its index.html.
 
     `home` is the archive they belong to (default: the first run's parent), where the comparison
-    counts each side's tuning budget."""
+    counts each side's tuning budget. `figures` (png, svg or pdf) also writes each run's curves
+    and the comparison as figure files in `<out>/figures/`."""
     from backflip.ui import data
     from backflip.ui.render import STATIC, ReportLinks, render
 
@@ -79,4 +86,18 @@ def write_report(
     )
     index = out / "index.html"
     index.write_text(html)
+    if figures:
+        write_figures(c, by_id, out / "figures", figures)
     return index
+
+
+def write_figures(c: dict, by_id: dict, folder: Path, fmt: str) -> list[Path]:
+    """The report's curves as paper figures: one per run (`plots.run_figure`) and the comparison
+    (`plots.comparison_figure`, from the same report the page shows)."""
+    from backflip.plots import comparison_figure, figure_path, run_figure
+
+    folder.mkdir(exist_ok=True)
+    paths = [run_figure(d, figure_path(folder / run_id, fmt)) for run_id, d in by_id.items()]
+    if c["sides"]:
+        paths.append(comparison_figure(c["sides"], figure_path(folder / "compare", fmt)))
+    return paths

@@ -249,7 +249,7 @@ def judge(study: dict) -> dict:
     return study
 
 
-def save_study(home: Path, study: dict, plot: bool = True) -> dict:
+def save_study(home: Path, study: dict, plot: bool = True, fmt: str = "png") -> dict:
     from backflip.plots import sensitivity_figure
 
     folder = home / "studies"
@@ -261,7 +261,7 @@ def save_study(home: Path, study: dict, plot: bool = True) -> dict:
         )
         study["plot"] = str(
             sensitivity_figure(
-                panels(study), study["base"]["summary"], folder / f"{study['id']}.png", title
+                panels(study), study["base"]["summary"], folder / f"{study['id']}.{fmt}", title
             )
         )
     write_json(folder / f"{study['id']}.json", study)

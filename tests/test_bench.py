@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from backflip import stats
 from backflip.bench import judge, reference_pairs, update_docs
 from backflip.errors import UserError
 from backflip.runs import index
@@ -59,10 +60,22 @@ def test_a_broken_change_is_caught_as_a_regression(cli, home, tmp_path):
     assert f"updated {doc}" in first.stdout and "| ppo | CartPole-v1 | 10,000 | 5/5 |" in (
         doc.read_text()
     )
+    # across envs on normalized scores (one env here), with rliable's figure in the archive
+    assert "across envs, normalized" in first.stdout and "| ppo | CartPole-v1 | 5 |" in first.stdout
+    (plot,) = (home / "bench").glob("*.png")
+    assert f"plot: {plot}" in first.stdout
+    (saved,) = [json.loads(p.read_text()) for p in (home / "bench").glob("*.json")]
+    (ppo,) = saved["across_envs"]["algos"]
+    from backflip.references import normalize
+
+    want = stats.iqm(normalize("CartPole-v1", [x for x in saved["entries"][0]["finals"]]))
+    assert ppo["summary"]["iqm"] == pytest.approx(want)
+    assert ppo["profile"]["fraction"][-1] == 0.0 and ppo["curve"]["x"] == "steps"
     # a "code change" that breaks learning: the policy no longer sees the state
     broken = cli(
         "bench",
         *common,
+        "--no-plot",
         "--set",
         "env.obs_scale=1e-9",
         "--set",

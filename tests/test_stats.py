@@ -1,12 +1,14 @@
 """Seed statistics agree with rliable (Agarwal et al. 2021) and behave as their definitions say."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from rliable import library as rly  # a test dependency (extra: test)
 from rliable import metrics as rly_metrics
 
 from backflip import stats
-from backflip.curves import aggregate_curves
+from backflip.curves import aggregate_curves, aggregate_task_curves
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")  # arch's RandomState notice
 
@@ -141,3 +143,143 @@ def test_an_interval_says_why_it_is_missing_instead_of_nan():
         "insufficient evidence that A and B differ: P(B>A)=1.00 [no interval: 1 seed], "
         "Welch p=n/a, 1 seed each"
     )
+
+
+# --- the rest of rliable: optimality gap, performance profiles, sample-efficiency curves -------
+
+
+@pytest.fixture
+def normalized():
+    """Normalized scores of two algorithms: 10 runs on 3 tasks, some runs above the reference."""
+    rng = np.random.default_rng(11)
+    x = rng.normal([0.4, 0.9, 0.7], [0.3, 0.2, 0.4], size=(10, 3))
+    y = rng.normal([0.6, 1.0, 0.8], [0.3, 0.2, 0.4], size=(10, 3))
+    return x, y
+
+
+def test_optimality_gap_and_its_interval_agree_with_rliable(normalized):
+    x, _ = normalized
+    ours = stats.aggregate(x, reps=REPS, statistics=stats.NORMALIZED_STATISTICS)
+    point, interval = _rliable_interval(
+        {"x": x}, lambda s: np.array([rly_metrics.aggregate_optimality_gap(s)])
+    )
+    value, low, high = ours["optimality_gap"]
+    assert value == pytest.approx(point["x"][0], rel=1e-12)
+    assert 0 < value < 1 and low < value < high
+    assert low == pytest.approx(interval["x"][0][0], abs=0.01)
+    assert high == pytest.approx(interval["x"][1][0], abs=0.01)
+    # every run at or above the reference: no gap at all
+    assert stats.optimality_gap(np.ones((5, 2)) * 1.3) == 0.0
+
+
+def test_performance_profile_and_its_band_agree_with_rliable(normalized):
+    x, y = normalized
+    taus = np.linspace(-0.5, 2.0, 26)
+    points, bands = rly.create_performance_profile({"x": x, "y": y}, taus, reps=5000)
+    for name, scores in (("x", x), ("y", y)):
+        ours = stats.performance_profile(scores, taus, reps=5000)
+        assert ours["tau"] == pytest.approx(taus.tolist())
+        assert ours["fraction"] == pytest.approx(points[name].tolist(), abs=1e-12)
+        # a fraction of 30 runs moves in steps of 1/30: the bands agree to about one step
+        assert ours["low"] == pytest.approx(bands[name][0].tolist(), abs=0.035)
+        assert ours["high"] == pytest.approx(bands[name][1].tolist(), abs=0.035)
+        assert ours["fraction"][0] == 1.0 and ours["fraction"][-1] == 0.0
+        band = zip(ours["low"], ours["fraction"], ours["high"], strict=True)
+        assert all(lo <= f <= hi for lo, f, hi in band)
+
+
+def test_probability_of_improvement_across_tasks_agrees_with_rliable(normalized):
+    x, y = normalized
+    p, low, high = stats.probability_of_improvement(y, x, reps=REPS)
+    point, interval = _rliable_interval(
+        {"y>x": [y, x]}, rly_metrics.probability_of_improvement, reps=2000
+    )
+    assert p == pytest.approx(point["y>x"], rel=1e-12)
+    assert low == pytest.approx(interval["y>x"][0], abs=0.03)
+    assert high == pytest.approx(interval["y>x"][1], abs=0.03)
+    # the same scores as one list per task: the same numbers
+    as_lists = stats.probability_of_improvement(list(y.T), list(x.T), reps=REPS)
+    assert as_lists == pytest.approx((p, low, high))
+
+
+def test_tasks_with_different_seed_counts_are_resampled_within_each_task():
+    a = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
+    b = np.array([0.9, 1.0, 1.1])  # a task where two seeds failed
+    agg = stats.aggregate([a, b], statistics=stats.NORMALIZED_STATISTICS)
+    pooled = np.concatenate([a, b])
+    assert agg["iqm"][0] == pytest.approx(stats.iqm(pooled))
+    assert agg["optimality_gap"][0] == pytest.approx(1 - np.minimum(pooled, 1).mean())
+    assert agg["iqm"][1] < agg["iqm"][0] < agg["iqm"][2]
+    # a resample keeps each task's runs: never fewer than 3 runs at or above 0.9
+    tasks = stats.tasks_of([a, b])
+    samples = stats.resample_tasks(tasks, 500, np.random.default_rng(0))
+    assert samples.shape == (500, 8, 1) and ((samples[:, 5:, 0]) >= 0.9).all()
+    assert (samples[:, :5, 0] <= 0.5).all()
+    p, lo, hi = stats.probability_of_improvement([b, a], [a, a])
+    assert p == pytest.approx(0.75)  # task 0: every b beats every a; task 1: a vs a, one half
+    assert lo <= p <= hi
+    one = stats.aggregate([a, b[:1]])
+    assert np.isnan(one["iqm"][1])  # a task with one run: no interval
+
+
+def test_two_identical_runs_logged_at_different_steps_give_the_same_curve():
+    """y = x logged every 10 steps and every 7 steps: on the common grid the IQM is y = x (the
+    wrong answer a tracker gives when it takes each run's last value, or groups by exact step)."""
+    a = np.arange(0, 101, 10)
+    b = np.append(np.arange(0, 100, 7), 100)
+    curves = [(a, a.astype(float)), (b, b.astype(float))]
+    agg = aggregate_curves(curves, points=1000)
+    grid = np.asarray(agg["step"])
+    assert set(a) | set(b) == set(grid.tolist())  # every logged step of either run
+    assert agg["iqm"] == pytest.approx(grid.astype(float).tolist())
+    assert agg["n"] == [2] * grid.size
+    assert agg["low"] == pytest.approx(agg["iqm"]) and agg["high"] == pytest.approx(agg["iqm"])
+    # the same across tasks: two tasks, each with the two runs
+    across = aggregate_task_curves([curves, curves], points=1000)
+    assert across["step"] == agg["step"] and across["iqm"] == pytest.approx(agg["iqm"])
+    assert across["x"] == "steps" and across["tasks"] == 2
+
+
+def test_sample_efficiency_curve_agrees_with_rliable():
+    rng = np.random.default_rng(5)
+    steps = np.arange(1, 11) * 1000
+    # (runs, tasks, steps): 6 runs on 2 tasks learning at different speeds
+    scores = np.cumsum(rng.uniform(0, 0.2, size=(6, 2, 10)), axis=-1)
+    tasks = [[(steps, scores[r, t]) for r in range(6)] for t in range(2)]
+    ours = aggregate_task_curves(tasks, points=10, reps=REPS)
+    assert ours["step"] == steps.tolist() and ours["n"] == [12] * 10
+
+    def iqm_per_step(s):
+        return np.array([rly_metrics.aggregate_iqm(s[..., i]) for i in range(s.shape[-1])])
+
+    point, interval = _rliable_interval({"x": scores}, iqm_per_step, reps=5000)
+    assert ours["iqm"] == pytest.approx(point["x"].tolist(), rel=1e-12)
+    assert ours["low"] == pytest.approx(interval["x"][0].tolist(), abs=0.02)
+    assert ours["high"] == pytest.approx(interval["x"][1].tolist(), abs=0.02)
+
+
+def test_tasks_with_different_budgets_share_an_axis_of_budget_fractions():
+    short, long = np.arange(0, 1001, 100), np.arange(0, 3001, 300)
+    tasks = [[(short, short / 1000.0)] * 3, [(long, long / 3000.0)] * 3]
+    agg = aggregate_task_curves(tasks, budgets=[1000, 3000], points=11)
+    assert agg["x"] == "fraction of budget"
+    assert agg["step"] == pytest.approx(np.linspace(0, 1, 11).tolist())
+    assert agg["iqm"] == pytest.approx(agg["step"])  # both tasks at the same fraction
+
+
+def test_the_reference_table_in_the_docs_is_the_modules():
+    from backflip.references import markdown_table
+
+    text = (Path(__file__).parent.parent / "docs" / "experiments.md").read_text()
+    begin, end = "<!-- references: begin -->\n", "\n<!-- references: end -->"
+    assert text[text.index(begin) + len(begin) : text.index(end)] == markdown_table()
+
+
+def test_the_random_scores_are_what_random_actions_score():
+    from backflip.references import REFERENCES, normalize
+    from benchmarks.random_scores import random_returns
+
+    x = random_returns("CartPole-v1", 100)
+    assert REFERENCES["CartPole-v1"].random == pytest.approx(x.mean(), abs=x.std() / 10)
+    assert normalize("CartPole-v1", 475.0) == 1.0 and normalize("CartPole-v1", 25.0) == 0.0
+    assert normalize("CartPole-v1", [500.0, None]) == [pytest.approx(475 / 450), None]

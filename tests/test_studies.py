@@ -218,3 +218,53 @@ def test_plan_rejects_a_malformed_file_in_one_line(cli, tmp_path):
     proc = cli("plan", "create", plan, check=False)
     assert proc.returncode == 2 and "plan config 'seeing'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+PLAN_ENVS = """\
+name: lr-two-envs
+question: Does a tenfold learning rate help PPO across CartPole-v1 and Acrobot-v1?
+env: [CartPole-v1, Acrobot-v1]
+steps: 2048
+seeds: 2
+configs:
+  base: {algo: ppo, set: {epochs: 1}}
+  fast: {algo: ppo, set: {epochs: 1, lr: 1.0e-2}}
+comparisons:
+  - [base, fast]
+"""
+
+
+@pytest.mark.slow
+def test_a_plan_across_envs_is_judged_on_normalized_scores(cli, home, tmp_path):
+    from backflip.references import normalize
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN_ENVS)
+    cli("plan", "create", plan)
+    out = cli("plan", "run", plan, "--workers", "2", "--no-progress", "--format", "pdf").stdout
+    reg = json.loads((home / "plans" / "lr-two-envs.json").read_text())
+    runs = reg["report"]["configs"]
+    assert set(runs) == {
+        f"{c}@{e}" for c in ("base", "fast") for e in ("CartPole-v1", "Acrobot-v1")
+    }
+    across = reg["report"]["across_envs"]["base"]
+    assert across["envs"] == ["Acrobot-v1", "CartPole-v1"]
+    for env, task in zip(across["envs"], across["tasks"], strict=True):
+        raw = [s["score"] for s in runs[f"base@{env}"]["seeds"]]
+        assert task == pytest.approx(normalize(env, raw))
+    (comparison,) = reg["report"]["comparisons"]
+    assert comparison["tasks"] == 2 and "2 tasks, normalized scores" in comparison["verdict"]
+    assert "across envs, normalized" in out and "optimality gap" in out
+    assert f"plot: {home / 'plans' / 'lr-two-envs.pdf'}" in out
+    assert (home / "plans" / "lr-two-envs.pdf").read_bytes().startswith(b"%PDF")
+    shown = cli("plan", "show", "lr-two-envs", "--plot", tmp_path / "plan.svg").stdout
+    assert f"plot: {tmp_path / 'plan.svg'}" in shown and (tmp_path / "plan.svg").exists()
+
+
+def test_a_plan_across_envs_needs_reference_scores_for_each(cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN_ENVS.replace("Acrobot-v1]", "Blackjack-v1]"))
+    proc = cli("plan", "create", plan, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no reference scores for Blackjack-v1" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

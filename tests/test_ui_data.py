@@ -35,15 +35,24 @@ def test_curve_band_matches_stats_on_random_data():
         assert agg["low"][j] <= agg["iqm"][j] <= agg["high"][j]
 
 
-def test_seeds_logged_at_different_steps_take_their_last_value_not_an_interpolation():
+def test_seeds_logged_at_different_steps_are_interpolated_within_their_own_range():
+    """One alignment rule (curves.on_grid), linear between logged points: the UI once had its own
+    and could disagree with `compare`; now the UI, compare and the plots share this one."""
     a = (np.array([0, 10, 20]), np.array([0.0, 1.0, 2.0]))
     b = (np.array([5, 15]), np.array([5.0, 6.0]))
     agg = aggregate_curves([a, b], points=100, per_seed=True)
     assert agg["step"] == [0, 5, 10, 15, 20]  # few steps: every one of them
-    assert agg["values"][0] == [0.0, 0.0, 1.0, 1.0, 2.0]
-    assert agg["values"][1] == [None, 5.0, 5.0, 6.0, None]  # nothing before or after its range
+    assert agg["values"][0] == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert agg["values"][1] == [None, 5.0, 5.5, 6.0, None]  # nothing before or after its range
     assert agg["n"] == [1, 2, 2, 2, 1]
-    assert on_grid([a], np.array([12]))[0].tolist() == [1.0]
+    assert on_grid([a], np.array([12]))[0].tolist() == [pytest.approx(1.2)]
+    # after its last logged point, a seed that went on keeps its last value up to where it ended
+    assert on_grid([(a[0], a[1], 30)], np.array([25, 30, 31]))[0].tolist()[:2] == [2.0, 2.0]
+    assert np.isnan(on_grid([(a[0], a[1], 30)], np.array([31]))[0, 0])
+    # a non-finite point makes its neighbouring intervals unknown, never a made-up number
+    c = (np.array([0, 10, 20]), np.array([0.0, np.nan, 2.0]))
+    assert np.isnan(on_grid([c], np.array([5, 10, 15]))).all()
+    assert on_grid([c], np.array([0, 20]))[0].tolist() == [0.0, 2.0]
     # long series: `points` evenly spaced steps
     steps = np.arange(10_000)
     agg = aggregate_curves([(steps, steps.astype(float))], points=100)

@@ -18,6 +18,17 @@ def print_json(data) -> None:
     sys.stdout.write(jsonout.dumps(data, indent=2) + "\n")
 
 
+def add_format(parser, help: str | None = None) -> None:
+    """`--format png|svg|pdf` for commands that draw a figure (`backflip.plots`)."""
+    parser.add_argument(
+        "--format",
+        choices=["png", "svg", "pdf"],
+        help=help
+        or "figure format (default: the --plot file's suffix, else png); SVG and PDF embed "
+        "their fonts, every figure is sized for a two-column paper",
+    )
+
+
 def add_backend(parser) -> None:
     parser.add_argument(
         "--backend",

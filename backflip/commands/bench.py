@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_format, add_home, print_json
 
 
 def register(sub) -> None:
@@ -41,6 +41,14 @@ def register(sub) -> None:
         help="benchmarks page to update (default docs/benchmarks.md, if it exists)",
     )
     p.add_argument("--no-docs", action="store_true")
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="figure of every algorithm across its envs on normalized scores (default: "
+        "bench/<id>.<format> in the archive)",
+    )
+    p.add_argument("--no-plot", action="store_true")
+    add_format(p)
     p.add_argument("--workers", type=int, metavar="K")
     add_backend(p)
     p.add_argument("--no-progress", action="store_true")
@@ -50,18 +58,21 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.bench import format_battery, run_battery, update_docs
+    from backflip.bench import battery_figure, format_battery, run_battery, update_docs
     from backflip.commands.train import check_backend
     from backflip.config import parse_sets
     from backflip.errors import UserError
+    from backflip.plots import figure_path
     from backflip.runs.archive import home_dir
     from backflip.runs.provenance import cpu_model
 
     if args.seeds < 2:
         raise UserError("--seeds must be at least 2")
     check_backend(args.backend, args.address)
+    plot = figure_path(args.plot, args.format) if args.plot else None  # a bad name: before runs
+    home = home_dir(args.home, create=True)
     battery = run_battery(
-        home_dir(args.home, create=True),
+        home,
         quick=args.quick,
         only=args.only,
         seeds=args.seeds,
@@ -71,6 +82,9 @@ def run(args) -> int:
         backend=args.backend,
         address=args.address,
     )
+    if not args.no_plot and any(a["summary"].get("n") for a in battery["across_envs"]["algos"]):
+        plot = plot or figure_path(home / "bench" / battery["id"], args.format)
+        battery["plot"] = str(battery_figure(battery, plot))
     docs = Path(args.docs)
     note = None
     if not args.no_docs and not battery["overrides"]:
@@ -87,4 +101,6 @@ def run(args) -> int:
         print(format_battery(battery))
         if note:
             print(note)
+        if battery.get("plot"):
+            print(f"plot: {battery['plot']}")
     return 1 if battery["regressions"] else 0

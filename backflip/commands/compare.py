@@ -1,10 +1,8 @@
-"""backflip compare ID ID... [--json] [--plot FILE]"""
+"""backflip compare SIDE SIDE... [--score auto|eval|train] [--json] [--plot FILE] [--format F]"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from backflip.commands import add_home, print_json
+from backflip.commands import add_format, add_home, print_json
 
 
 def register(sub) -> None:
@@ -14,36 +12,55 @@ def register(sub) -> None:
         description="Compare archived runs on their final greedy evaluation returns: each "
         "run's IQM [95%% CI], pairwise probability of improvement and Welch p-value, a one-line "
         "verdict, what makes the comparison fair (parameters, step and tuning budgets), and a "
-        "PNG of learning curves and final-score distributions.",
+        "figure of learning curves, final scores and score distributions. A side may also be a "
+        "Stable-Baselines3 or CleanRL TensorBoard logdir (PATH or PATH@ENV; every side is then "
+        "scored by its training episodes), or runs on several envs joined with + (scored across "
+        "tasks on normalized scores).",
     )
-    p.add_argument("runs", nargs="+", metavar="ID", help="two or more runs; the first is A")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="SIDE",
+        help="two or more: a run id, a TensorBoard logdir (PATH[@ENV]), or ID+ID... across "
+        "envs; the first is A",
+    )
+    p.add_argument(
+        "--score",
+        choices=["auto", "eval", "train"],
+        default="auto",
+        help="eval: final greedy evaluation returns; train: mean of the last 100 training "
+        "episodes; auto (default): eval unless a side is another library's logs",
+    )
     p.add_argument(
         "--metric",
         default="return",
         help="curve to plot: return (training episodes) or a metrics.csv name (default return)",
     )
     p.add_argument(
-        "--plot", metavar="FILE", help="PNG path (default: compare-<A>-<B>.png in the archive)"
+        "--plot",
+        metavar="FILE",
+        help="figure path (default: compare/<A>-<B>.<format> in the archive)",
     )
     p.add_argument("--no-plot", action="store_true")
+    add_format(p)
     p.add_argument("--json", action="store_true")
     add_home(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from backflip.compare import compare_runs, format_report
-    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.compare import compare_runs, format_report, plot_name
+    from backflip.plots import figure_path
+    from backflip.runs.archive import home_dir
 
     home = home_dir(args.home)
     plot = None
     if args.plot:
-        plot = Path(args.plot)
+        plot = figure_path(args.plot, args.format)
     elif not args.no_plot:
-        names = "-".join(resolve_run(home, r).name for r in args.runs[:3])
-        plot = home / "compare" / f"{names}.png"
+        plot = figure_path(home / "compare" / plot_name(home, args.runs), args.format)
         plot.parent.mkdir(exist_ok=True)
-    report = compare_runs(home, args.runs, args.metric, plot)
+    report = compare_runs(home, args.runs, args.metric, plot, score=args.score)
     if args.json:
         print_json(report)
     else:

@@ -2,7 +2,37 @@
 
 from __future__ import annotations
 
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_format, add_home, print_json
+
+
+def add_plot_args(p) -> None:
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="rliable's figure of the configs on normalized scores (default: "
+        "plans/<name>.<format> in the archive)",
+    )
+    p.add_argument("--no-plot", action="store_true")
+    add_format(p)
+
+
+def draw(home, reg, args) -> str | None:
+    """The plan's figure, or why there is none (an env without reference scores), as a line."""
+    from backflip import plan
+    from backflip.errors import UserError
+    from backflip.plots import figure_path
+
+    if args.no_plot or not reg.get("report"):
+        return None
+    path = figure_path(
+        args.plot or plan.registration_path(home, reg["name"]).with_suffix(""), args.format
+    )
+    try:
+        return f"plot: {plan.figure(home, reg, path)}"
+    except UserError as e:
+        if args.plot:
+            raise
+        return f"no plot: {e}"
 
 
 def register(sub) -> None:
@@ -24,11 +54,13 @@ def register(sub) -> None:
     r.add_argument("--workers", type=int, metavar="K")
     add_backend(r)
     r.add_argument("--no-progress", action="store_true")
+    add_plot_args(r)
     r.add_argument("--json", action="store_true")
     add_home(r)
     r.set_defaults(func=run_run)
     s = verbs.add_parser("show", help="a plan's report (and whether its file was edited)")
     s.add_argument("plan", metavar="NAME|FILE")
+    add_plot_args(s)
     s.add_argument("--json", action="store_true")
     add_home(s)
     s.set_defaults(func=run_show)
@@ -46,18 +78,23 @@ def run_create(args) -> int:
 def run_run(args) -> int:
     from backflip import plan
     from backflip.commands.train import check_backend
+    from backflip.plots import figure_path
     from backflip.runs.archive import home_dir
 
     check_backend(args.backend, args.address)
+    if args.plot:
+        figure_path(args.plot, args.format)  # a bad file name is refused before anything runs
+    home = home_dir(args.home, create=True)
     reg, text = plan.run(
-        home_dir(args.home, create=True),
+        home,
         args.file,
         args.workers,
         not args.no_progress and not args.json,
         args.backend,
         args.address,
     )
-    print_json(reg) if args.json else print(text)
+    line = draw(home, reg, args)
+    print_json(reg) if args.json else print(text + (f"\n{line}" if line else ""))
     return 0
 
 
@@ -65,6 +102,8 @@ def run_show(args) -> int:
     from backflip import plan
     from backflip.runs.archive import home_dir
 
-    reg, text = plan.show(home_dir(args.home), args.plan)
-    print_json(reg) if args.json else print(text)
+    home = home_dir(args.home)
+    reg, text = plan.show(home, args.plan)
+    line = draw(home, reg, args)
+    print_json(reg) if args.json else print(text + (f"\n{line}" if line else ""))
     return 0

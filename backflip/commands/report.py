@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backflip.commands import add_home
+from backflip.commands import add_format, add_home
 
 
 def register(sub) -> None:
@@ -15,6 +15,11 @@ def register(sub) -> None:
     )
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (created)")
     p.add_argument("--no-videos", action="store_true", help="do not copy videos into the report")
+    add_format(
+        p,
+        "also write each run's curves and the comparison as figure files for a paper "
+        "in <out>/figures/ (SVG and PDF with embedded fonts)",
+    )
     add_home(p)
     p.set_defaults(func=run)
 
@@ -31,6 +36,9 @@ def run(args) -> int:
         d = resolve_run(home, ref)
         if d not in dirs:
             dirs.append(d)
-    index = write_report(dirs, Path(args.out), videos=not args.no_videos, home=home)
+    out = Path(args.out)
+    index = write_report(dirs, out, videos=not args.no_videos, home=home, figures=args.format)
     print(index)
+    if args.format:
+        print(f"figures: {out / 'figures'}")
     return 0

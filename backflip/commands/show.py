@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backflip.commands import add_home, print_json
+from backflip.commands import add_format, add_home, print_json
 
 
 def register(sub) -> None:
@@ -11,8 +11,10 @@ def register(sub) -> None:
     p.add_argument(
         "--plot",
         metavar="FILE",
-        help="write a PNG of every seed's learning curve and their IQM with a 95%% band",
+        help="write a figure of every seed's learning curve and their IQM with a 95%% band "
+        "(PNG, SVG or PDF: the file's suffix or --format)",
     )
+    add_format(p)
     p.add_argument(
         "--metric", default="return", help="curve for --plot: return or a metrics.csv name"
     )
@@ -36,9 +38,10 @@ def run(args) -> int:
         except (json.JSONDecodeError, KeyError, OSError):
             pass  # a damaged findings file: `backflip doctor ID` recomputes it
     if args.plot:
-        from backflip.plots import run_figure
+        from backflip.plots import figure_path, run_figure
 
-        record["plot"] = str(run_figure(run_dir, args.plot, args.metric))
+        path = figure_path(args.plot, args.format)
+        record["plot"] = str(run_figure(run_dir, path, args.metric))
     if args.json:
         print_json(record)
         return 0

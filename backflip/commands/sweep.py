@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_format, add_home, print_json
 
 
 def add_study_args(p) -> None:
@@ -27,6 +27,7 @@ def add_study_args(p) -> None:
     p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
     add_backend(p)
     p.add_argument("--no-plot", action="store_true")
+    add_format(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")
     add_home(p)
@@ -93,7 +94,7 @@ def launch_study(args, kind: str, make_variants) -> int:
         args.address,
     )
     study["skipped"] = skipped
-    study = save_study(home, judge(study), plot=not args.no_plot)
+    study = save_study(home, judge(study), plot=not args.no_plot, fmt=args.format or "png")
     if args.json:
         print_json(study)
     else:

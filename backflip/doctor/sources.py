@@ -368,6 +368,16 @@ def resolve_target(target: str, home: Path) -> Target:
     return Target(target, kind, runs, [tail_score(r) for r in runs])
 
 
+def peer_env(folder: Path) -> str | None:
+    """The env a CleanRL run ran on, from its run folder's name (CleanRL names it
+    `{env_id}__{exp_name}__{seed}__{unix time}`); None for other names (SB3's `PPO_1` does not
+    say, nor does anything else in SB3's event files)."""
+    parts = folder.name.split("__")
+    if len(parts) >= 4 and parts[-1].isdigit() and parts[-2].isdigit() and parts[0]:
+        return parts[0]
+    return None
+
+
 def _tb_label(folder: Path, root: Path) -> str:
     rel = folder.relative_to(root).as_posix()
     return rel if rel != "." else folder.name

@@ -6,6 +6,7 @@ Routes (HTML unless noted):
     /runs/<id>                      one run: command, config, provenance, logs, curves, findings,
                                     videos, checkpoints, notes
     /compare?ids=A,B[&metric=M]     runs side by side: curves with intervals, verdicts
+        [&peer=DIR[@ENV]]           ...and an SB3/CleanRL TensorBoard logdir inside the archive
     /journal[?since=7d&cpu_price=]  the lab journal with compute accounting; POST /journal/note
     /files/<id>/<path>              an artifact of a run (videos, checkpoints, logs); never a file
                                     outside the archive
@@ -258,13 +259,23 @@ def create_app(
         ids += [i for i in request.args.getlist("id") if i not in ids]
         metric = request.args.get("metric") or None
         c, error = None, None
-        dirs = []
+        dirs: list = []
         for i in ids:
             d = home / i
             if RUN_ID.match(i) and (d / "run.json").is_file():
                 dirs.append(d)
             else:
                 error = f"no run {i!r} in {home}"
+        for p in request.args.getlist("peer"):
+            # another library's logs, read only from inside the archive (no path escapes it)
+            from backflip.compare import is_peer
+
+            rel = p.rsplit("@", 1)[0]
+            inside = not Path(rel).is_absolute() and ".." not in Path(rel).parts
+            if inside and is_peer(str(home / p)):
+                dirs.append(str(home / p))
+            else:
+                error = f"no SB3 or CleanRL TensorBoard logs at {p!r} in {home}"
         if dirs:
             try:
                 c = data.compare(home, dirs, metric)
@@ -279,7 +290,7 @@ def create_app(
             "compare.html",
             nav="compare",
             c=c,
-            ids=[d.name for d in dirs],
+            ids=[d.name for d in dirs if isinstance(d, Path)],
             error=error,
             candidates=candidates,
             boot=boot,

@@ -419,20 +419,27 @@ def run_curves(run_dir: Path, names: list[str] | None = None) -> dict:
 # --- comparing runs -------------------------------------------------------------------------------
 
 
-def compare(home: Path, run_dirs: list[Path], metric: str | None = None) -> dict:
+def compare(
+    home: Path, run_dirs: list[Path | str], metric: str | None = None, score: str = "auto"
+) -> dict:
     """Runs side by side: `backflip compare`'s own report (`backflip.compare.compare_runs`: the
     same scores, intervals, verdicts, fairness notes and curves), plus what the page needs —
     `metrics`, the curves every run can show, and `error` when the asked-for one is not among
-    them (the page then shows the default, "return", and says so).
+    them (the page then shows the default, "return", and says so). A side may be a
+    Stable-Baselines3 or CleanRL TensorBoard logdir (`PATH[@ENV]`), as on the command line:
+    every side is then scored by its training episodes and only return curves are offered.
     """
-    from backflip.compare import compare_runs, curve_metrics
+    from backflip.compare import compare_runs, curve_metrics, is_peer
 
-    common = curve_metrics(run_dirs)
+    runs = [Path(d) for d in run_dirs if not is_peer(str(d))]
+    common = curve_metrics(runs) if len(runs) == len(run_dirs) else curve_metrics([])[:1]
     error = None
     if metric and metric not in common:
         error = f"not every run logged {metric!r}: showing {common[0]!r}"
         metric = None
-    report = compare_runs(home, [str(d) for d in run_dirs], metric or common[0], at_least=1)
+    report = compare_runs(
+        home, [str(d) for d in run_dirs], metric or common[0], at_least=1, score=score
+    )
     report["metrics"] = [common[0], *sorted(common[1:], key=_group_key)]
     report["error"] = error
     return report

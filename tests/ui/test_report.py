@@ -43,6 +43,20 @@ def test_report_writes_self_contained_pages(ui_archive, tmp_path):
     assert not list((out / "files").rglob("*.pt"))
 
 
+def test_report_also_writes_paper_figures_in_the_asked_format(ui_archive, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    home, a, b = ui_archive["home"], ui_archive["a"], ui_archive["b"]
+    out = tmp_path / "report"
+    printed = backflip(home, "report", a, b, "--out", out, "--format", "svg").stdout
+    assert f"figures: {out / 'figures'}" in printed
+    names = sorted(p.name for p in (out / "figures").iterdir())
+    assert names == sorted([f"{a}.svg", f"{b}.svg", "compare.svg"])
+    for path in (out / "figures").iterdir():
+        root = ET.parse(path).getroot()  # well-formed SVG
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+
+
 def test_report_bad_input_is_one_line(ui_archive, tmp_path):
     proc = backflip(
         ui_archive["home"], "report", "no-such-run", "--out", tmp_path / "r", check=False
