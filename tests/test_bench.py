@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from backflip.bench import judge, reference_pairs, update_docs
 from backflip.errors import UserError
+from backflip.experiments.bench import judge, reference_pairs, update_docs
 from backflip.runs import index
 
 

@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backflip.errors import UserError
-    from backflip.sweep import ablation_variants
+    from backflip.experiments.sweep import ablation_variants
 
     if args.list:
         from backflip.algos import get_algo

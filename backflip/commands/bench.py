@@ -50,10 +50,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.bench import format_battery, run_battery, update_docs
     from backflip.commands.train import check_backend
     from backflip.config import parse_sets
     from backflip.errors import UserError
+    from backflip.experiments.bench import format_battery, run_battery, update_docs
     from backflip.runs.archive import home_dir
     from backflip.runs.provenance import cpu_model
 

@@ -32,7 +32,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.compare import compare_runs, format_report
+    from backflip.experiments.compare import compare_runs, format_report
     from backflip.runs.archive import home_dir, resolve_run
 
     home = home_dir(args.home)

@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.rundiff import diff_runs, format_diff
+    from backflip.experiments.diff import diff_runs, format_diff
     from backflip.runs.archive import home_dir
 
     report = diff_runs(home_dir(args.home), args.a, args.b, args.metric)

@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def run_create(args) -> int:
-    from backflip import plan
+    from backflip.experiments import plan
     from backflip.runs.archive import home_dir
 
     reg, text = plan.create(home_dir(args.home, create=True), args.file)
@@ -44,8 +44,8 @@ def run_create(args) -> int:
 
 
 def run_run(args) -> int:
-    from backflip import plan
     from backflip.commands.train import check_backend
+    from backflip.experiments import plan
     from backflip.runs.archive import home_dir
 
     check_backend(args.backend, args.address)
@@ -62,7 +62,7 @@ def run_run(args) -> int:
 
 
 def run_show(args) -> int:
-    from backflip import plan
+    from backflip.experiments import plan
     from backflip.runs.archive import home_dir
 
     reg, text = plan.show(home_dir(args.home), args.plan)

@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.resume import resume_run
+    from backflip.experiments.resume import resume_run
     from backflip.runs.archive import home_dir, resolve_run
     from backflip.summary import run_summary
 

@@ -58,8 +58,8 @@ def launch_study(args, kind: str, make_variants) -> int:
     from backflip.commands.train import check_backend, seeds_from
     from backflip.config import load_config_file, parse_sets, resolve
     from backflip.envs import check_supported
+    from backflip.experiments.sweep import build_configs, format_study, judge, run_study, save_study
     from backflip.runs.archive import home_dir
-    from backflip.sweep import build_configs, format_study, judge, run_study, save_study
 
     home = home_dir(args.home, create=True)
     spec = get_algo(args.algo)
@@ -102,7 +102,7 @@ def launch_study(args, kind: str, make_variants) -> int:
 
 
 def run(args) -> int:
-    from backflip.sweep import drop_invalid, parse_vary, sweep_variants
+    from backflip.experiments.sweep import drop_invalid, parse_vary, sweep_variants
 
     def make(spec, base, file_values, sets, seeds):
         flat = base.flat()

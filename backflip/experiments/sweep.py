@@ -295,7 +295,7 @@ def panels(study: dict) -> dict:
 def format_study(study: dict) -> str:
     from rich.table import Table
 
-    from backflip.compare import table_text
+    from backflip.experiments.compare import table_text
     from backflip.summary import fmt
 
     def ci(s):

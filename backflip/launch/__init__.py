@@ -4,7 +4,7 @@
 (rich), and returns each job's final status. A job is one seed of one run, so a sweep's runs
 share one pool. Processes come from a forkserver that has already imported torch and gymnasium,
 so a seed starts in milliseconds, not seconds. `backend="ray"` runs the same jobs as Ray tasks
-instead (`backflip/ray_backend.py`); the archive is written the same way either way.
+instead (`backflip/launch/ray.py`); the archive is written the same way either way.
 
 Every seed process records its own outcome in `seeds/<seed>/status.json`, whatever happens:
 `finished`; `failed` (exception: traceback kept; killed by a signal, e.g. the out-of-memory
@@ -398,7 +398,7 @@ def run_jobs(
 ) -> list[dict]:
     """Run every job, at most `workers` at once; each job's final status, in job order."""
     if backend == "ray":
-        from backflip.ray_backend import run_jobs_ray
+        from backflip.launch.ray import run_jobs_ray
 
         with Display(jobs, progress) as display:
             done = run_jobs_ray(jobs, workers, display, address)

@@ -420,12 +420,12 @@ def run_curves(run_dir: Path, names: list[str] | None = None) -> dict:
 
 
 def compare(home: Path, run_dirs: list[Path], metric: str | None = None) -> dict:
-    """Runs side by side: `backflip compare`'s own report (`backflip.compare.compare_runs`: the
+    """Runs side by side: `backflip compare`'s own report (`backflip.experiments.compare.compare_runs`: the
     same scores, intervals, verdicts, fairness notes and curves), plus what the page needs —
     `metrics`, the curves every run can show, and `error` when the asked-for one is not among
     them (the page then shows the default, "return", and says so).
     """
-    from backflip.compare import compare_runs, curve_metrics
+    from backflip.experiments.compare import compare_runs, curve_metrics
 
     common = curve_metrics(run_dirs)
     error = None
