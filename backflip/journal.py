@@ -30,6 +30,7 @@ from pathlib import Path
 
 from backflip import jsonout
 from backflip.errors import UserError
+from backflip.runs.layout import INDEX
 
 JOURNAL_FILE = "journal.jsonl"
 KINDS = ("focus", "thought", "result")
@@ -190,9 +191,10 @@ def _records(home: Path) -> list[dict]:
 
 
 def _findings_summary(home: Path, run_id: str) -> str | None:
-    from backflip.ui.data import findings
+    # the doctor's package loads its rules (scipy): only when a journal is built
+    from backflip.doctor.findings import read_findings
 
-    data = findings(home / run_id)
+    data = read_findings(home / run_id)
     if not data or not data.get("findings"):
         return None
     counts: dict[str, int] = {}
@@ -401,7 +403,7 @@ def expected_seconds(home: Path, algo: str, env: str, steps: int, n_seeds: int, 
     from backflip.runs import index
 
     sps = []
-    if (home / "index.sqlite").exists():
+    if (home / INDEX).exists():
         con = index.connect(home)
         try:
             sps = [

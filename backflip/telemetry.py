@@ -37,6 +37,8 @@ import google_crc32c
 import numpy as np
 import psutil
 
+from backflip.runs.layout import EPISODES, METRICS, TENSORBOARD
+
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0  # /proc/self/statm's unit
 REDUCE_AT = 256  # values stored per key before they are folded into a running (sum, count, max)
 
@@ -214,14 +216,14 @@ class Telemetry:
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             # whole rows only, even on a full disk (AppendFile)
-            self._csv = AppendFile(self.out_dir / "metrics.csv", append)
+            self._csv = AppendFile(self.out_dir / METRICS, append)
             if self._csv.good == 0:
                 self._csv.add(b"step,wall,name,value\r\n")
-            self._episodes_csv = AppendFile(self.out_dir / "episodes.csv", append)
+            self._episodes_csv = AppendFile(self.out_dir / EPISODES, append)
             if self._episodes_csv.good == 0:
                 self._episodes_csv.add(b"step,return,length\r\n")
             if tensorboard and enabled:
-                self._tb = EventFile(self.out_dir / "tb")
+                self._tb = EventFile(self.out_dir / TENSORBOARD)
         self._last_flush = time.monotonic()
 
     # -- accumulation ------------------------------------------------------------------------
@@ -502,7 +504,7 @@ def truncate_logs(folder: str | Path, step: int, rows_until: int | None = None) 
     `rows_until` (default `step`) keeps fewer metric rows: an interrupted seed flushes what it
     stored since its last regular row as one extra row, which its checkpoint keeps un-flushed;
     the resumed seed writes that row again on its regular schedule."""
-    limits = {"metrics.csv": step if rows_until is None else rows_until, "episodes.csv": step}
+    limits = {METRICS: step if rows_until is None else rows_until, EPISODES: step}
     for name, limit in limits.items():
         path = Path(folder) / name
         if not path.exists():
@@ -522,7 +524,7 @@ def truncate_logs(folder: str | Path, step: int, rows_until: int | None = None) 
 def last_logged(folder: str | Path, tail_bytes: int = 1 << 16) -> tuple[int, float | None]:
     """(step, wall time) of the last complete row of a seed's metrics.csv, read from its tail;
     (0, None) when it has none (how far a seed that was killed got)."""
-    path = Path(folder) / "metrics.csv"
+    path = Path(folder) / METRICS
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)

@@ -33,7 +33,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backflip.experiments.compare import compare_runs, format_report
-    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
 
     home = home_dir(args.home)
     plot = None

@@ -31,7 +31,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backflip.errors import UserError
-    from backflip.runs.archive import home_dir, load_run, resolve_run, seed_dir
+    from backflip.runs.archive import home_dir, load_run
+    from backflip.runs.index import resolve_run
+    from backflip.runs.layout import seed_dir
     from backflip.ui.app import running_ui, serve
 
     home = home_dir(args.home)

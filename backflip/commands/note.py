@@ -25,7 +25,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backflip.journal import add_note
-    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
 
     home = home_dir(args.home, create=True)
     run_id = resolve_run(home, args.run).name if args.run else None

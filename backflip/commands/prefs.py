@@ -84,7 +84,8 @@ def build(args, home):
     from backflip.errors import UserError
     from backflip.prefs.pipeline import PrefsConfig
     from backflip.prefs.presets import PAPER, preset_for
-    from backflip.runs.archive import load_run, resolve_run
+    from backflip.runs.archive import load_run
+    from backflip.runs.index import resolve_run
 
     stage = {"train": "full", "gather": "gather", "pretrain": "pretrain"}[args.stage]
     algo = getattr(args, "algo", "ppo")

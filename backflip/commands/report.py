@@ -23,7 +23,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from backflip.report import write_report
-    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
 
     home = home_dir(args.home)
     dirs = []

@@ -22,7 +22,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from backflip.commands.train import execute
     from backflip.config import TrainConfig
-    from backflip.runs.archive import home_dir, load_run, resolve_run
+    from backflip.runs.archive import home_dir, load_run
+    from backflip.runs.index import resolve_run
 
     home = home_dir(args.home, create=True)
     original = load_run(resolve_run(home, args.run))

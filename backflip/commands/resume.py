@@ -26,7 +26,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backflip.experiments.resume import resume_run
-    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
     from backflip.summary import run_summary
 
     home = home_dir(args.home)

@@ -28,8 +28,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from backflip.runs.archive import home_dir, resolve_run
-    from backflip.video import watch
+    from backflip.experiments.watch import watch
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
 
     run_dir = resolve_run(home_dir(args.home), args.run)
     info = watch(run_dir, args.seed, args.checkpoint, Path(args.out) if args.out else None)

@@ -8,9 +8,13 @@ where the advice comes from. Rules register themselves with `@rule(...)` in `rul
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from backflip.runs.layout import FINDINGS
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -115,3 +119,22 @@ def _jsonable(x):
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return x
+
+
+def read_findings(run_dir: Path) -> dict | None:
+    """The doctor's `findings.json` ({"target", "findings": [...]}) or None when absent/unreadable.
+
+    Each finding: rule, severity (error/warning/info), metric, step, message, evidence.
+    """
+    path = Path(run_dir) / FINDINGS
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        return {"error": f"unreadable findings.json: {e}", "findings": []}
+    items = data.get("findings", []) if isinstance(data, dict) else []
+    order = {"error": 0, "warning": 1, "info": 2}
+    clean = [f for f in items if isinstance(f, dict)]
+    clean.sort(key=lambda f: (order.get(f.get("severity"), 3), str(f.get("metric") or "")))
+    return {"target": data.get("target") if isinstance(data, dict) else None, "findings": clean}

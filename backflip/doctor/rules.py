@@ -37,6 +37,7 @@ from backflip.doctor.series import (
     tail,
 )
 from backflip.returns import EVAL_RETURN, TRUE_RETURN
+from backflip.runs.layout import STATUS
 
 MIN_ROWS = 10  # trend rules need at least this many metric rows
 
@@ -124,7 +125,7 @@ def nonfinite(d: RunData):
 @rule(
     "seed-failed",
     row="-",
-    reads=("status.json",),
+    reads=(STATUS,),
     threshold="the seed's process ended with an error",
     cause="an exception in the algorithm or the environment, or the process was killed",
     check_next="the seed's traceback.txt and stderr.log in the run directory",

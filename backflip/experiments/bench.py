@@ -22,7 +22,8 @@ from pathlib import Path
 
 from backflip import stats
 from backflip.errors import UserError
-from backflip.runs.archive import new_run_id, read_json, write_json
+from backflip.runs.archive import read_json, write_json
+from backflip.runs.layout import new_run_id
 
 SEEDS = 5
 QUICK_FRACTION = 10

@@ -22,16 +22,9 @@ from pathlib import Path
 
 from backflip.errors import UserError
 from backflip.launch import SeedJob
-from backflip.runs.archive import (
-    finalize_run,
-    load_run,
-    now_iso,
-    pid_alive,
-    read_record,
-    run_lock,
-    seed_dir,
-    write_record,
-)
+from backflip.runs.archive import load_run, now_iso, pid_alive, read_record, run_lock, write_record
+from backflip.runs.layout import CHECKPOINTS, FINAL_CHECKPOINT, checkpoint_step, seed_dir
+from backflip.runs.records import finalize_run
 
 
 def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
@@ -39,13 +32,11 @@ def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
     import torch
 
     found = []
-    for path in (folder / "checkpoints").glob("*.pt"):
-        if path.name.startswith("step_"):
-            try:
-                found.append((int(path.stem.split("_")[1]), path))
-            except ValueError:
-                continue
-        elif path.name == "final.pt":
+    for path in (folder / CHECKPOINTS).glob("*.pt"):
+        step = checkpoint_step(path.name)
+        if step is not None:
+            found.append((step, path))
+        elif path.name == FINAL_CHECKPOINT:
             try:
                 step = torch.load(path, map_location="cpu", weights_only=False)["step"]
             except Exception:  # noqa: BLE001 — a torn or foreign file is not a checkpoint
@@ -53,7 +44,7 @@ def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
             found.append((int(step), path))
     if not found:
         return None
-    step, path = max(found, key=lambda t: (t[0], t[1].name == "final.pt"))
+    step, path = max(found, key=lambda t: (t[0], t[1].name == FINAL_CHECKPOINT))
     return path, step
 
 

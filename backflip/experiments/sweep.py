@@ -25,7 +25,8 @@ from pathlib import Path
 from backflip import stats
 from backflip.config import SECTIONS, RunOptions, resolve
 from backflip.errors import UserError, did_you_mean
-from backflip.runs.archive import new_run_id, write_json
+from backflip.runs.archive import write_json
+from backflip.runs.layout import new_run_id
 
 AUTO_FACTORS = (0.3, 3.0)
 

@@ -36,9 +36,9 @@ from backflip.runs.archive import (
     is_enospc,
     now_iso,
     read_json,
-    seed_dir,
     write_json,
 )
+from backflip.runs.layout import STATUS, STDERR, STDOUT, TRACEBACK, seed_dir
 from backflip.summary import status_text
 
 PROGRESS_EVERY_S = 0.5
@@ -68,7 +68,7 @@ def redirected_output(folder: Path, append: bool):
     saved = [os.dup(1), os.dup(2)]
     old_py = sys.stdout, sys.stderr
     mode = "a" if append else "w"
-    for fd, name in ((1, "stdout.log"), (2, "stderr.log")):
+    for fd, name in ((1, STDOUT), (2, STDERR)):
         f = open(folder / name, mode)
         os.dup2(f.fileno(), fd)
         f.close()
@@ -115,12 +115,12 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         checkpoint = torch.load(job.resume_from, map_location="cpu", weights_only=False)
         status["resumed_from_step"] = status["steps"] = int(checkpoint["step"])
         with contextlib.suppress(Exception):
-            previous = read_json(folder / "status.json")
+            previous = read_json(folder / STATUS)
             before = {k: float(previous.get(k) or 0.0) for k in before}
         status["wall_s_before"] = before["wall_s"]
         # rows after the checkpoint are redone
         truncate_logs(folder, int(checkpoint["step"]), checkpoint.get("rows_until"))
-    write_json(folder / "status.json", status, reserve=STATUS_RESERVE)  # room for the outcome
+    write_json(folder / STATUS, status, reserve=STATUS_RESERVE)  # room for the outcome
     t0 = time.perf_counter()
     run = None
     last_sent = [0.0]
@@ -153,7 +153,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         detail_keys.clear()
         detail_keys.update(detail)
         status.update(detail, status=state)
-        write_json(folder / "status.json", status, reserve=STATUS_RESERVE)
+        write_json(folder / STATUS, status, reserve=STATUS_RESERVE)
         send("status", job.seed, status_text(status))
 
     try:
@@ -230,9 +230,9 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         if status.get("traceback"):
             print(status["traceback"], file=sys.stderr, flush=True)
             try:
-                (folder / "traceback.txt").write_text(status["traceback"])
+                (folder / TRACEBACK).write_text(status["traceback"])
             except OSError:  # a full disk: status.json and stderr.log have it
-                (folder / "traceback.txt").unlink(missing_ok=True)
+                (folder / TRACEBACK).unlink(missing_ok=True)
         send("done", job.seed, status)
     return status
 
@@ -241,13 +241,13 @@ def write_status(folder: Path, status: dict) -> None:
     """A seed's status.json; on a full disk without its traceback if the whole one does not fit
     (the launcher also has it in memory: the `done` message)."""
     try:
-        write_json(folder / "status.json", status)
+        write_json(folder / STATUS, status)
     except OSError as e:
         if not is_enospc(e):
             raise
         slim = {k: v for k, v in status.items() if k != "traceback"}
         try:
-            write_json(folder / "status.json", slim)
+            write_json(folder / STATUS, slim)
         except OSError:
             print("could not record the outcome in status.json: disk full", file=sys.stderr)
 
@@ -483,7 +483,7 @@ def mark_not_started(job: SeedJob) -> dict:
     folder = seed_dir(Path(job.run_dir), job.seed)
     folder.mkdir(parents=True, exist_ok=True)
     if job.resume_from:  # a resumed seed keeps its old status: still resumable
-        return read_json(folder / "status.json")
+        return read_json(folder / STATUS)
     status = {
         "seed": job.seed,
         "status": "interrupted",
@@ -491,7 +491,7 @@ def mark_not_started(job: SeedJob) -> dict:
         "error": "not started: the launcher was stopped",
         "ended": now_iso(),
     }
-    write_json(folder / "status.json", status)
+    write_json(folder / STATUS, status)
     return status
 
 
@@ -558,7 +558,7 @@ def launch_runs(
     every stored config (`prefs` for a preference-learning run), or, as a list, to each config
     its own (preference runs with different pipeline settings in one pool)."""
     from backflip.config import check_tags
-    from backflip.runs.archive import create_run, finalize_run
+    from backflip.runs.records import create_run, finalize_run
 
     workers = max(1, workers or os.cpu_count() or 1)
     n = len(cfgs)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from backflip.launch import Display, SeedJob, final_status, redirected_output, run_seed
-from backflip.runs.archive import seed_dir
+from backflip.runs.layout import seed_dir
 
 
 def _ray():

@@ -45,6 +45,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 from backflip.errors import UserError
+from backflip.runs.layout import RUN_JSON
 from backflip.ui import data, label
 from backflip.ui.render import STATIC, TEMPLATES, ServerLinks, index_rows, render
 
@@ -204,7 +205,7 @@ def create_app(
 
     def run_dir(run_id: str) -> Path:
         d = home / run_id
-        if not RUN_ID.match(run_id) or not (d / "run.json").is_file():
+        if not RUN_ID.match(run_id) or not (d / RUN_JSON).is_file():
             abort(404, f"no run {run_id!r} in {home}")
         return d
 
@@ -261,7 +262,7 @@ def create_app(
         dirs = []
         for i in ids:
             d = home / i
-            if RUN_ID.match(i) and (d / "run.json").is_file():
+            if RUN_ID.match(i) and (d / RUN_JSON).is_file():
                 dirs.append(d)
             else:
                 error = f"no run {i!r} in {home}"
@@ -353,7 +354,7 @@ def create_app(
         out = []
         for i in ids:
             d = home / i
-            if RUN_ID.match(i) and (d / "run.json").is_file():
+            if RUN_ID.match(i) and (d / RUN_JSON).is_file():
                 try:
                     out.append(data.run_progress(d))
                 except UserError:
@@ -371,7 +372,9 @@ def create_app(
 
     @app.get("/api/runs/<run_id>/findings")
     def api_findings(run_id):
-        return jsonify(data.findings(run_dir(run_id)))
+        from backflip.doctor.findings import read_findings  # scipy: when asked, not at start
+
+        return jsonify(read_findings(run_dir(run_id)))
 
     app.register_blueprint(label.blueprint(home, page, run_dir), url_prefix="/label")
     _mount_extensions(app, home, page, EXTENSIONS if extensions is None else extensions)

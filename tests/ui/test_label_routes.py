@@ -18,7 +18,8 @@ import urllib.request
 import pytest
 
 from backflip.prefs.db import PreferenceDB
-from backflip.runs.archive import seed_dir, write_json
+from backflip.runs.archive import write_json
+from backflip.runs.layout import seed_dir
 from tests.conftest import ROOT, cli_env
 from tests.test_prefs import seg
 
