@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from backflip.errors import UserError
-from backflip.launch import SeedJob
+from backflip.launch.seed import SeedJob
 from backflip.runs.archive import load_run, now_iso, pid_alive, read_record, run_lock, write_record
 from backflip.runs.layout import CHECKPOINTS, FINAL_CHECKPOINT, checkpoint_step, seed_dir
 from backflip.runs.records import finalize_run
