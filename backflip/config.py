@@ -25,10 +25,14 @@ import textwrap
 import tomllib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from backflip.algos import get_algo
 from backflip.errors import UserError, did_you_mean
 
 
@@ -67,7 +71,7 @@ def check_device(device: str) -> None:
     """Raise a UserError unless torch can use `device` here (say so before any seed starts)."""
     if device == "cpu":
         return
-    import torch
+    import torch  # only to check a device: commands that never train read configs too
 
     if not torch.cuda.is_available():
         raise UserError(
@@ -332,8 +336,6 @@ def domain_of(key: str, algo: str | None = None) -> Domain | None:
 def check_domains(values: dict[str, Any], prefix: str = "", algo: str | None = None) -> None:
     """Raise a UserError naming the first of `values` ({field: parsed value}) outside its
     domain; warn (SettingWarning) about values that are allowed but unusual."""
-    import warnings
-
     for name, value in values.items():
         key = prefix + name
         domain = domain_of(key, algo)
@@ -592,8 +594,6 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        from backflip.algos import get_algo
-
         spec = get_algo(d["algo"])
         return cls(
             algo=d["algo"],
@@ -679,8 +679,6 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         elif path.suffix in (".yaml", ".yml", ".json"):
-            import yaml
-
             data = yaml.safe_load(text) if path.suffix != ".json" else json.loads(text)
         else:
             raise UserError(f"config file must be .yaml, .yml, .toml or .json: {path}")
@@ -714,8 +712,6 @@ def resolve(
     set_values: dict[str, Any] | None = None,
 ) -> TrainConfig:
     """Merge defaults, the preset for `env_id`, a config file and `--set` values, type-checked."""
-    from backflip.algos import get_algo
-
     spec = get_algo(algo)
     preset = dict(spec.presets.get(env_id, {}))
     preset_steps = preset.pop("steps", None)

@@ -7,6 +7,7 @@ rollout loop calls them once per env step.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -369,8 +370,6 @@ def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: f
 
 def frozen_copy(net: nn.Module) -> nn.Module:
     """A target network: a deep copy that never receives gradients."""
-    import copy
-
     target = copy.deepcopy(net)
     target.requires_grad_(False)
     return target

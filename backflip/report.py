@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 
 from backflip.errors import UserError
+from backflip.ui import data
+from backflip.ui.render import STATIC, ReportLinks, render
 
 
 def write_report(
@@ -25,9 +27,6 @@ def write_report(
 
     `home` is the archive they belong to (default: the first run's parent), where the comparison
     counts each side's tuning budget."""
-    from backflip.ui import data
-    from backflip.ui.render import STATIC, ReportLinks, render
-
     if not run_dirs:
         raise UserError("report: name at least one run")
     try:

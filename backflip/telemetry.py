@@ -49,7 +49,7 @@ def _to_floats(lists: list[list]) -> list[np.ndarray]:
     tensor_lists = [values for values in lists if hasattr(values[0], "detach")]
     chunks = iter(())
     if tensor_lists:
-        import torch
+        import torch  # readers of the archive import this module without torch
 
         tensors = [v for values in tensor_lists for v in values]
         with torch.no_grad():
@@ -142,6 +142,7 @@ class EventFile:
     _uid = itertools.count()  # two files opened in the same second by one process stay apart
 
     def __init__(self, folder: Path):
+        # TensorBoard's protobuf classes: only where an event file is written, not for readers
         from tensorboard.compat.proto.event_pb2 import Event
 
         folder.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ MAX_FRAMES = 2000  # one episode is cut here (about a minute at 30 fps)
 
 def _require_ffmpeg():
     try:
-        import imageio_ffmpeg
+        import imageio_ffmpeg  # the `video` extra
     except ImportError:
         raise UserError("videos need imageio-ffmpeg: pip install 'backflip[video]'") from None
     return imageio_ffmpeg

@@ -26,6 +26,7 @@ import torch
 from backflip.algos.common import Agent
 from backflip.config import TrainConfig
 from backflip.envs import restore_envs, snapshot_envs
+from backflip.errors import UserError
 from backflip.nets import ACTIVATIONS
 from backflip.seedrun import SeedRun
 
@@ -108,8 +109,6 @@ def train(cfg: Config, run: SeedRun) -> None:
     envs = run.make_vec(P * K)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     if len(obs_space.shape) != 1:
-        from backflip.errors import UserError
-
         raise UserError(f"cem needs vector observations; {run.env_id} has {obs_space}")
     policy = Policy(obs_space, act_space, cfg.hidden, cfg.activation)
     mu = torch.zeros(policy.dim)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from backflip.commands import add_backend, add_home, print_json
+from backflip.commands.train import check_backend
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -44,7 +47,6 @@ def run_create(args) -> int:
 
 
 def run_run(args) -> int:
-    from backflip.commands.train import check_backend
     from backflip.experiments import plan
     from backflip.runs.archive import home_dir
 

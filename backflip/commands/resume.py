@@ -6,6 +6,8 @@ import sys
 
 from backflip.commands import add_backend, add_home, print_json
 
+# the library is imported inside functions: `backflip --help` imports every command module
+
 
 def register(sub) -> None:
     p = sub.add_parser(

@@ -9,6 +9,8 @@ from backflip.commands import add_home, print_json
 from backflip.errors import UserError
 from backflip.runs.layout import RUN_JSON
 
+# the library is imported inside functions: `backflip --help` imports every command module
+
 
 def register(sub) -> None:
     p = sub.add_parser(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from backflip.commands import add_home, print_json
 from backflip.runs.layout import CODE_PATCH, FINDINGS
 
+# the library is imported inside functions: `backflip --help` imports every command module
+
 
 def register(sub) -> None:
     p = sub.add_parser("show", help="everything about one run, and how to reproduce it")

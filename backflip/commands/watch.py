@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from backflip.commands import add_home, print_json
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -26,7 +30,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
 
     from backflip.experiments.watch import watch
     from backflip.runs.archive import home_dir

@@ -47,7 +47,7 @@ def _maybe_register_ale(env_id: str) -> None:
     if env_id in gym.registry:
         return
     try:
-        import ale_py
+        import ale_py  # the `atari` extra, and slow to import: only for an unknown id
 
         gym.register_envs(ale_py)
     except ImportError:

@@ -19,7 +19,7 @@ import numpy as np
 from backflip.curves import RETURN, make_grid, on_grid, run_seed_curves
 from backflip.runs.archive import load_run
 from backflip.runs.index import resolve_run
-from backflip.runs.layout import BACKFLIP_PATCH, CODE_PATCH, METRICS, PACKAGES
+from backflip.runs.layout import BACKFLIP_PATCH, CODE_PATCH, METRICS, PACKAGES, seed_dir
 
 NOISY_GROUPS = ("time/", "sys/")  # wall-clock measurements: they always differ
 MAX_DIFF_LINES = 400
@@ -123,8 +123,6 @@ def code_changes(ra: dict, rb: dict, da: Path, db: Path) -> list[dict]:
 
 
 def _metric_names(run_dir: Path, seeds) -> set[str]:
-    from backflip.runs.layout import seed_dir
-
     names: set[str] = set()
     for s in seeds:
         path = seed_dir(run_dir, s) / METRICS
