@@ -51,8 +51,8 @@ class Hit:
 @dataclass(frozen=True)
 class Rule:
     id: str
-    row: str
-    """the row of the diagnostics catalog (docs/doctor.md) this rule implements"""
+    entry: str
+    """the entry of the diagnostics catalog (docs/doctor.md) this rule implements"""
     reads: tuple[str, ...]
     threshold: str
     cause: str
@@ -69,7 +69,7 @@ RULES: list[Rule] = []
 def rule(
     id: str,
     *,
-    row: str,
+    entry: str,
     reads: tuple[str, ...],
     threshold: str,
     cause: str,
@@ -82,7 +82,7 @@ def rule(
     def register(fn):
         if any(r.id == id for r in RULES):
             raise ValueError(f"duplicate rule id {id}")
-        RULES.append(Rule(id, row, reads, threshold, cause, check_next, source, live, fn))
+        RULES.append(Rule(id, entry, reads, threshold, cause, check_next, source, live, fn))
         return fn
 
     return register
