@@ -3,7 +3,8 @@
 A run's configuration has four parts, each a dataclass whose fields carry a one-line docstring
 (read from the source, CleanRL style, so the dataclass doubles as `--help`):
 
-- the algorithm's hyperparameters (`PPOConfig`, `DQNConfig`, ...), addressed by bare keys: `lr=3e-4`;
+- the algorithm's hyperparameters (the `Config` dataclass of `algos/<algo>.py`), addressed by bare keys:
+  `lr=3e-4`;
 - `RunOptions` (budget-independent run settings such as evaluation and checkpoints), also bare keys:
   `eval_episodes=20`, `device=cuda`;
 - `EnvOptions` (wrappers applied to the environment), addressed as `env.<key>`;
@@ -114,7 +115,7 @@ class EnvOptions:
     """Atari: train on the sign of the reward (evaluation reports raw scores)"""
     atari_vector: bool = True
     """Atari: training envs of NoFrameskip ids run in ale-py's C++ vector env (the same
-    preprocessing, ~30% less CPU per step, stepped on up to 2 threads); false: Gymnasium's
+    preprocessing, less CPU per step, stepped on up to 2 threads); false: Gymnasium's
     wrappers in a SyncVectorEnv (docs/environments.md lists the differences)"""
 
 

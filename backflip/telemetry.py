@@ -8,7 +8,7 @@ Two verbs, as in Spinning Up's logger:
 `store` keeps tensors as they are; `dump` stacks each key once and converts once, so a hot loop
 never pays for `.item()`. A key that gathers `REDUCE_AT` values before a row is due (a long
 `log_every`) is reduced to a running sum, count and maximum, so memory stays bounded: holding
-~40,000 small tensors until the end made PPO 25% slower. Every row goes to two sinks:
+tens of thousands of small tensors until the end made PPO markedly slower. Every row goes to two sinks:
 
 - `metrics.csv`, a long table (`step, wall, name, value`) that tolerates metrics which appear
   only sometimes (evaluation) and is readable after a crash up to the last flushed row;
@@ -74,7 +74,7 @@ def _open_statm() -> int | None:
 
 
 def _masked_crc(data: bytes) -> int:
-    """A TFRecord's masked CRC-32C, in C (TensorBoard's own is Python: 0.36 ms a row here)."""
+    """A TFRecord's masked CRC-32C, in C (TensorBoard's own is pure Python, slow per row)."""
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -130,10 +130,9 @@ def _csv_bytes(rows) -> bytes:
 class EventFile:
     """A TensorBoard event file written synchronously, one record per `add`.
 
-    TensorBoard's own EventFileWriter hands each event to a thread of its own. With it, logging
-    cost PPO 0.37-0.41 s per 1e5 CartPole steps; written here, 0.31 s
-    (`benchmarks/telemetry_overhead.py`, 2026-11-23), although that thread used only 0.02 s of
-    CPU: the GIL changing hands while the loop calls torch costs more than the work. Each event
+    TensorBoard's own EventFileWriter hands each event to a thread of its own, and waking it
+    once per row cost PPO more than the thread's own work: the GIL changing hands while the loop
+    calls torch (`benchmarks/telemetry_overhead.py`, docs/benchmarks.md). Each event
     is one TFRecord (length, masked CRC-32C of the length, data, masked CRC-32C of the data:
     the bytes TensorBoard's RecordWriter writes, with the CRC in C), and each row reaches the OS
     at once, so a killed process keeps its TensorBoard rows too.
@@ -435,7 +434,7 @@ class Telemetry:
 
     def rss(self) -> int:
         """This process's resident set size in bytes: on Linux one `pread` of /proc/self/statm
-        (~1 µs; psutil's ~9 µs grew to ~100 µs between two PPO rows, 0.2% of the run), psutil
+        (psutil's call costs many times more between two PPO rows than in a tight loop), psutil
         elsewhere or in a forked child (the descriptor would read its parent)."""
         if self._statm is not None and os.getpid() == self._statm_pid:
             return int(os.pread(self._statm, 64, 0).split()[1]) * PAGE_SIZE
