@@ -56,7 +56,8 @@ class RunOptions:
     telemetry: bool = True
     """compute and write diagnostics (off only to measure what logging costs)"""
     log_every: int = 0
-    """env steps between metric rows (PPO, VPG, DQN, DDPG, TD3, SAC; 0: 1000)"""
+    """env steps between metric rows, for every algorithm (0: its default: 1000; A2C 2000; CEM
+    every generation)"""
     max_wall_s: float = 0.0
     """stop training once the seed has run this many seconds (checked at each metrics row), then
     evaluate and finish as at the end of the budget (0: no limit); for runs of a fixed duration"""
@@ -271,7 +272,6 @@ DOMAINS: dict[str, Domain] = {
     "adam_eps": above(0, high=1),
     "opt_eps": above(0, high=1),
     "optimizer": Domain(choices=("adam", "rmsprop")),
-    "log_interval": COUNT,
     "vf_iters": NON_NEGATIVE,
     "vf_minibatch": COUNT,
     # CEM
@@ -596,6 +596,11 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
         spec = get_algo(d["algo"])
+        hp, run = dict(d.get("hp", {})), dict(d.get("run", {}))
+        for key in [k for k in hp if (d["algo"], k) in RENAMED]:  # an older run's config
+            value, new = hp.pop(key), _renamed(d["algo"], key, warn=False)
+            if not run.get(new):  # 0: the algorithm's default, which the old key set
+                run[new] = value
         return cls(
             algo=d["algo"],
             env_id=d["env_id"],
@@ -604,8 +609,8 @@ class TrainConfig:
             preset=d.get("preset"),
             # an archived config (run.json, a checkpoint) was checked when it was made: read it
             # as it is, even if a domain has narrowed since
-            hp=_build(spec.config, d.get("hp", {}), "", d["algo"], check=False),
-            run=_build(RunOptions, d.get("run", {}), "", check=False),
+            hp=_build(spec.config, hp, "", d["algo"], check=False),
+            run=_build(RunOptions, run, "", check=False),
             env=_build(EnvOptions, d.get("env", {}), "env.", check=False),
             doctor=_build(DoctorOptions, d.get("doctor", {}), "doctor.", check=False),
         )
@@ -639,6 +644,20 @@ def _build(cls, values: dict, prefix: str, algo: str | None = None, check: bool 
     if algo and check:
         check_cross(obj, algo)
     return obj
+
+
+# Settings renamed since runs were archived, {(algo, old key): new key}: archived configs (run.json,
+# checkpoints) read the old key as the new one; `--set` and config files say the new name once.
+RENAMED = {("a2c", "log_interval"): "log_every"}  # one name for every algorithm's row schedule
+
+
+def _renamed(algo: str, key: str, warn: bool) -> str:
+    new = RENAMED.get((algo, key))
+    if new is None:
+        return key
+    if warn:
+        warnings.warn(f"{key} is now {new} (the same for every algorithm)", SettingWarning, 2)
+    return new
 
 
 def valid_keys(algo_config_cls) -> list[str]:
@@ -725,6 +744,7 @@ def resolve(
     hp_names = {f.name for f in dataclasses.fields(spec.config)}
     run_names = {f.name for f in dataclasses.fields(RunOptions)}
     for key, value in merged.items():
+        key = _renamed(algo, key, warn=True)
         section, dot, name = key.partition(".")
         if dot and section in SECTIONS:
             groups[section][name] = value

@@ -222,8 +222,9 @@ class SeedRun:
             self._on_warning(message)
 
     def log_due(self, step: int, default_every: int = 1000) -> bool:
-        """For algorithms that step one env step at a time (DQN, DDPG, TD3, SAC): is a metrics
-        row due at `step`? Every `log_every` env steps (RunOptions), else `default_every`."""
+        """Is a metrics row due at `step`? Every `log_every` env steps (RunOptions), else the
+        algorithm's `default_every`; rows fall on multiples of it, so a resume keeps them. Call
+        it once per iteration (or env step), before the other reasons for a row."""
         every = self.opts.log_every or default_every
         if self._next_log is None:  # rows at multiples of `every` (also after a resume)
             self._next_log = (self.start_step // every + 1) * every

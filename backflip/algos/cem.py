@@ -175,9 +175,12 @@ def train(cfg: Config, run: SeedRun) -> None:
                 "train/generation": gen,
             }
         )
-        if run.eval_due(step):
+        evaluate_now = run.eval_due(step)
+        if evaluate_now:
             run.evaluate(step, agent.act)
-        run.log(step)
+        # a row every generation, or every `log_every` env steps (the generation closing it)
+        if run.log_due(step, default_every=1) or evaluate_now:
+            run.log(step)
         if run.checkpoint_due(step):
             run.save_checkpoint(step, state())
 
