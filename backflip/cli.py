@@ -9,8 +9,10 @@ import argparse
 import errno
 import importlib
 import sys
+import warnings
 
 from backflip import __version__
+from backflip.config import SettingWarning
 from backflip.errors import UserError
 
 # Subcommand modules, in the order `backflip --help` lists them.
@@ -61,10 +63,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _show_setting_warnings() -> None:
     """A `config.SettingWarning` (an allowed but unusual value) prints as one `warning:` line."""
-    import warnings
-
-    from backflip.config import SettingWarning
-
     default = warnings.showwarning
     if getattr(default, "backflip", False):  # installed already (main called in-process)
         return

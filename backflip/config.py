@@ -3,7 +3,8 @@
 A run's configuration has four parts, each a dataclass whose fields carry a one-line docstring
 (read from the source, CleanRL style, so the dataclass doubles as `--help`):
 
-- the algorithm's hyperparameters (`PPOConfig`, `DQNConfig`, ...), addressed by bare keys: `lr=3e-4`;
+- the algorithm's hyperparameters (the `Config` dataclass of `algos/<algo>.py`), addressed by bare keys:
+  `lr=3e-4`;
 - `RunOptions` (budget-independent run settings such as evaluation and checkpoints), also bare keys:
   `eval_episodes=20`, `device=cuda`;
 - `EnvOptions` (wrappers applied to the environment), addressed as `env.<key>`;
@@ -25,10 +26,14 @@ import textwrap
 import tomllib
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from backflip.algos import get_algo
 from backflip.errors import UserError, did_you_mean
 
 
@@ -51,7 +56,8 @@ class RunOptions:
     telemetry: bool = True
     """compute and write diagnostics (off only to measure what logging costs)"""
     log_every: int = 0
-    """env steps between metric rows (PPO, VPG, DQN, DDPG, TD3, SAC; 0: 1000)"""
+    """env steps between metric rows, for every algorithm (0: its default: 1000; A2C 2000; CEM
+    every generation)"""
     max_wall_s: float = 0.0
     """stop training once the seed has run this many seconds (checked at each metrics row), then
     evaluate and finish as at the end of the budget (0: no limit); for runs of a fixed duration"""
@@ -67,7 +73,7 @@ def check_device(device: str) -> None:
     """Raise a UserError unless torch can use `device` here (say so before any seed starts)."""
     if device == "cpu":
         return
-    import torch
+    import torch  # only to check a device: commands that never train read configs too
 
     if not torch.cuda.is_available():
         raise UserError(
@@ -110,7 +116,7 @@ class EnvOptions:
     """Atari: train on the sign of the reward (evaluation reports raw scores)"""
     atari_vector: bool = True
     """Atari: training envs of NoFrameskip ids run in ale-py's C++ vector env (the same
-    preprocessing, ~30% less CPU per step, stepped on up to 2 threads); false: Gymnasium's
+    preprocessing, less CPU per step, stepped on up to 2 threads); false: Gymnasium's
     wrappers in a SyncVectorEnv (docs/environments.md lists the differences)"""
 
 
@@ -266,7 +272,6 @@ DOMAINS: dict[str, Domain] = {
     "adam_eps": above(0, high=1),
     "opt_eps": above(0, high=1),
     "optimizer": Domain(choices=("adam", "rmsprop")),
-    "log_interval": COUNT,
     "vf_iters": NON_NEGATIVE,
     "vf_minibatch": COUNT,
     # CEM
@@ -332,8 +337,6 @@ def domain_of(key: str, algo: str | None = None) -> Domain | None:
 def check_domains(values: dict[str, Any], prefix: str = "", algo: str | None = None) -> None:
     """Raise a UserError naming the first of `values` ({field: parsed value}) outside its
     domain; warn (SettingWarning) about values that are allowed but unusual."""
-    import warnings
-
     for name, value in values.items():
         key = prefix + name
         domain = domain_of(key, algo)
@@ -592,9 +595,12 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        from backflip.algos import get_algo
-
         spec = get_algo(d["algo"])
+        hp, run = dict(d.get("hp", {})), dict(d.get("run", {}))
+        for key in [k for k in hp if (d["algo"], k) in RENAMED]:  # an older run's config
+            value, new = hp.pop(key), _renamed(d["algo"], key, warn=False)
+            if not run.get(new):  # 0: the algorithm's default, which the old key set
+                run[new] = value
         return cls(
             algo=d["algo"],
             env_id=d["env_id"],
@@ -603,8 +609,8 @@ class TrainConfig:
             preset=d.get("preset"),
             # an archived config (run.json, a checkpoint) was checked when it was made: read it
             # as it is, even if a domain has narrowed since
-            hp=_build(spec.config, d.get("hp", {}), "", d["algo"], check=False),
-            run=_build(RunOptions, d.get("run", {}), "", check=False),
+            hp=_build(spec.config, hp, "", d["algo"], check=False),
+            run=_build(RunOptions, run, "", check=False),
             env=_build(EnvOptions, d.get("env", {}), "env.", check=False),
             doctor=_build(DoctorOptions, d.get("doctor", {}), "doctor.", check=False),
         )
@@ -638,6 +644,20 @@ def _build(cls, values: dict, prefix: str, algo: str | None = None, check: bool 
     if algo and check:
         check_cross(obj, algo)
     return obj
+
+
+# Settings renamed since runs were archived, {(algo, old key): new key}: archived configs (run.json,
+# checkpoints) read the old key as the new one; `--set` and config files say the new name once.
+RENAMED = {("a2c", "log_interval"): "log_every"}  # one name for every algorithm's row schedule
+
+
+def _renamed(algo: str, key: str, warn: bool) -> str:
+    new = RENAMED.get((algo, key))
+    if new is None:
+        return key
+    if warn:
+        warnings.warn(f"{key} is now {new} (the same for every algorithm)", SettingWarning, 2)
+    return new
 
 
 def valid_keys(algo_config_cls) -> list[str]:
@@ -679,8 +699,6 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         if path.suffix == ".toml":
             data = tomllib.loads(text)
         elif path.suffix in (".yaml", ".yml", ".json"):
-            import yaml
-
             data = yaml.safe_load(text) if path.suffix != ".json" else json.loads(text)
         else:
             raise UserError(f"config file must be .yaml, .yml, .toml or .json: {path}")
@@ -714,8 +732,6 @@ def resolve(
     set_values: dict[str, Any] | None = None,
 ) -> TrainConfig:
     """Merge defaults, the preset for `env_id`, a config file and `--set` values, type-checked."""
-    from backflip.algos import get_algo
-
     spec = get_algo(algo)
     preset = dict(spec.presets.get(env_id, {}))
     preset_steps = preset.pop("steps", None)
@@ -728,6 +744,7 @@ def resolve(
     hp_names = {f.name for f in dataclasses.fields(spec.config)}
     run_names = {f.name for f in dataclasses.fields(RunOptions)}
     for key, value in merged.items():
+        key = _renamed(algo, key, warn=True)
         section, dot, name = key.partition(".")
         if dot and section in SECTIONS:
             groups[section][name] = value

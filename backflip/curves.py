@@ -28,7 +28,8 @@ import numpy as np
 
 from backflip import stats
 from backflip.returns import TRUE_RETURN, is_preference_run
-from backflip.runs.archive import read_record, seed_dir, seed_status
+from backflip.runs.archive import read_record, seed_status
+from backflip.runs.layout import EPISODES, METRICS, seed_dir
 from backflip.telemetry import read_episodes, read_metrics
 
 RETURN = "return"
@@ -45,7 +46,7 @@ def seed_metrics(folder: str | Path) -> dict[str, tuple[np.ndarray, np.ndarray]]
     """{name: (steps, values)} of one seed's `metrics.csv`, sorted by step (a step logged twice
     keeps its later value); {} when there is none. Cached until the file changes (the web UI
     re-reads live runs): the arrays are shared, never modify them."""
-    path = Path(folder) / "metrics.csv"
+    path = Path(folder) / METRICS
     try:
         st = path.stat()
     except OSError:
@@ -88,7 +89,7 @@ def seed_curve(folder: str | Path, metric: str = RETURN, window: int = 20):
     """(steps, values) of one seed's metric; empty arrays if it never logged it."""
     folder = Path(folder)
     if metric == RETURN:
-        path = folder / "episodes.csv"
+        path = folder / EPISODES
         if not path.exists():
             return EMPTY
         steps, rets, _ = read_episodes(path)

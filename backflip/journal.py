@@ -21,15 +21,22 @@ optional price per hour (Rahtz's compute bill was $850 he had not seen coming).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
+import statistics
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from backflip import jsonout
 from backflip.errors import UserError
+from backflip.runs import index
+from backflip.runs.archive import load_run
+from backflip.runs.layout import INDEX
+from backflip.summary import result_line
 
 JOURNAL_FILE = "journal.jsonl"
 KINDS = ("focus", "thought", "result")
@@ -170,9 +177,6 @@ def prices_from_env() -> tuple[float | None, float | None]:
 
 def _records(home: Path) -> list[dict]:
     """Every run record, newest first: from the index, re-read from disk while running."""
-    from backflip.runs import index
-    from backflip.runs.archive import load_run
-
     out = []
     for row in index.query(home):
         try:
@@ -190,9 +194,10 @@ def _records(home: Path) -> list[dict]:
 
 
 def _findings_summary(home: Path, run_id: str) -> str | None:
-    from backflip.ui.data import findings
+    # the doctor's package loads its rules (scipy): only when a journal is built
+    from backflip.doctor.findings import read_findings
 
-    data = findings(home / run_id)
+    data = read_findings(home / run_id)
     if not data or not data.get("findings"):
         return None
     counts: dict[str, int] = {}
@@ -208,8 +213,6 @@ def build(
     gpu_price: float | None = None,
 ) -> dict:
     """The journal as plain data: focus, thoughts, ongoing runs, results by env, timeline, compute."""
-    from backflip.summary import result_line
-
     notes = read_notes(home)
     by_run: dict[str, list[dict]] = {}
     for n in notes:
@@ -395,13 +398,8 @@ QUESTION = "How surprised would you be if this run failed? (1 not at all … 5 v
 
 def expected_seconds(home: Path, algo: str, env: str, steps: int, n_seeds: int, workers: int):
     """Expected wall time of a run: median steps/s of earlier seeds of the same algo and env."""
-    import math
-    import statistics
-
-    from backflip.runs import index
-
     sps = []
-    if (home / "index.sqlite").exists():
+    if (home / INDEX).exists():
         con = index.connect(home)
         try:
             sps = [
@@ -434,8 +432,6 @@ def ask_after_seconds() -> float | None:
 
 def interactive() -> bool:
     """A person at a terminal: stdin and stderr are TTYs and this is not CI."""
-    import sys
-
     return sys.stdin.isatty() and sys.stderr.isatty() and not os.environ.get("CI")
 
 
@@ -446,8 +442,6 @@ def premortem(expected_s: float, answer: str | None = None, ask: bool = True) ->
     asked on the terminal only when `ask`, a person is there, and `expected_s` exceeds the
     threshold. Returns the record stored in run.json as `premortem`, or None.
     """
-    import sys
-
     record = {"expected_s": round(expected_s, 1), "asked": _now()}
     if answer is not None and answer.strip():
         return {**record, "surprise": answer.strip(), "asked": None}

@@ -7,6 +7,7 @@ rollout loop calls them once per env step.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -14,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from backflip import fastpath
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
 
@@ -28,15 +31,11 @@ def layer_init(layer: nn.Module, gain: float = math.sqrt(2), bias: float = 0.0) 
 class MLP(nn.Sequential):
     """nn.Sequential whose forward skips the module call machinery (hooks) it never uses: it
     calls each activation's `forward` and each linear layer's kernel directly, reading weight and
-    bias from the layer's parameter dict rather than through `nn.Module.__getattr__`. On a 64-64
-    network at batch 8 that is 13 us per forward instead of 17 (and ~25 us through `__call__`):
-    the network is called once per env step, and on CartPole this is ~5% of A2C's time.
+    bias from the layer's parameter dict rather than through `nn.Module.__getattr__`. The network
+    is called once per env step, where the call machinery costs more than the small matmuls.
 
-    Tanh on CPU is NumPy's: torch 2.13's CPU tanh was scalar code on an AVX2 AMD EPYC, 39 us for
-    256 x 64 floats against NumPy's vectorized 3 us (on an AVX-512 Xeon both are vectorized:
-    6.6 against 5.9 us; `benchmarks/ppo_update_step.py`); the two agree to ~1 ulp. With gradients on, a tanh MLP is one autograd node (`_TanhMLP`) whose
-    backward is the chain rule written out, the kernels autograd would run. A PPO gradient step
-    on two 64-64 tanh MLPs at batch 256 took 962 us this way against 1,031 with nn.Tanh there.
+    A tanh MLP on the CPU takes the fast path when it is on (`backflip.fastpath.tanh_mlp`:
+    NumPy's tanh, and one autograd node with the chain rule written out), else torch's modules.
     """
 
     def __init__(self, *layers: nn.Module):
@@ -50,23 +49,14 @@ class MLP(nn.Sequential):
 
     def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(output, the last hidden layer's activations): gSDE's exploration features."""
-        if self._all_tanh and x.device.type == "cpu" and x.dtype in NUMPY_TANH_DTYPES:
+        if self._all_tanh and fastpath.tanh_mlp_applies(x):
             linears = list(self._modules.values())[::2]
             params = [p for m in linears for p in (m._parameters["weight"], m._parameters["bias"])]
-            if not torch.is_grad_enabled():
-                values = _tanh_mlp(x, params)
-                return values[-1], values[-2]
-            if x.dim() == 2:
-                return _TanhMLP.apply(x, *params)
-            out, z = _TanhMLP.apply(x.reshape(-1, x.shape[-1]), *params)  # (one batch dimension)
-            return out.reshape(*x.shape[:-1], -1), z.reshape(*x.shape[:-1], -1)
+            return fastpath.tanh_mlp(x, params)
         *body, head = self
         for layer in body:
             x = _apply(layer, x)
         return _apply(head, x), x
-
-
-NUMPY_TANH_DTYPES = (torch.float32, torch.float64)
 
 
 def _apply(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -74,47 +64,6 @@ def _apply(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         p = layer._parameters
         return F.linear(x, p["weight"], p["bias"])
     return layer.forward(x)
-
-
-def _tanh_mlp(x: torch.Tensor, params: list[torch.Tensor]) -> list[torch.Tensor]:
-    """[x, h1, ..., hk, output] of linear layers (w0, b0, w1, b1, ...) with tanh between them,
-    each tanh by NumPy in place on its fresh linear output. Call without gradient recording."""
-    values, n = [x], len(params) // 2
-    for i in range(n):
-        h = F.linear(values[-1], params[2 * i], params[2 * i + 1])
-        if i < n - 1:
-            a = h.numpy()
-            np.tanh(a, out=a)
-        values.append(h)
-    return values
-
-
-class _TanhMLP(torch.autograd.Function):
-    """`_tanh_mlp` as one autograd node: forward (x, w0, b0, ...) -> (output, last hidden
-    activations, not differentiable: gSDE detaches them); backward is the chain rule."""
-
-    @staticmethod
-    def forward(ctx, x, *params):
-        values = _tanh_mlp(x, params)
-        ctx.save_for_backward(*values[:-1], *params[::2])
-        ctx.mark_non_differentiable(values[-2])
-        return values[-1], values[-2]
-
-    @staticmethod
-    def backward(ctx, g, _):
-        saved = ctx.saved_tensors
-        n = len(saved) // 2
-        inputs, weights = saved[:n], saved[n:]  # each linear layer's input and weight
-        grads: list[torch.Tensor | None] = [None] * (2 * n)
-        for i in reversed(range(n)):
-            if i < n - 1:  # through tanh: g * (1 - y^2)
-                g = torch.ops.aten.tanh_backward(g, inputs[i + 1])
-            x = inputs[i]  # dL/dW = g^T x: MKL is 3x faster on x^T g for x with few columns
-            grads[2 * i] = x.t().mm(g).t() if x.shape[1] < g.shape[1] else g.t().mm(x)
-            grads[2 * i + 1] = g.sum(0)
-            if i > 0 or ctx.needs_input_grad[0]:
-                g = g.mm(weights[i])
-        return (g if ctx.needs_input_grad[0] else None, *grads)
 
 
 def mlp(
@@ -145,8 +94,8 @@ class NatureCNN(nn.Module):
     stored channels-last and each input batch is permuted once, as uint8, before it is scaled.
     oneDNN's NHWC kernels compute the same convolutions (equal up to float rounding; tested) and
     are much faster for the first layer's weight gradient, whose NCHW kernel on four input
-    channels is the slowest op of a PPO update on Atari: a gradient step on 256 frames 250 ->
-    200 ms of CPU on one core (docs/benchmarks.md, "Atari on a CPU"). `nn.Flatten` reads the
+    channels is the slowest op of a PPO update on Atari (docs/benchmarks.md, "Atari PPO on a
+    CPU"). `nn.Flatten` reads the
     last feature map in NCHW order either way, so the linear layer sees the same features.
     """
 
@@ -369,8 +318,6 @@ def polyak_update(target: list[torch.Tensor], online: list[torch.Tensor], tau: f
 
 def frozen_copy(net: nn.Module) -> nn.Module:
     """A target network: a deep copy that never receives gradients."""
-    import copy
-
     target = copy.deepcopy(net)
     target.requires_grad_(False)
     return target
@@ -400,9 +347,9 @@ class FlatParams:
     After `FlatParams(params)` every parameter is a view of `self.data` and its `.grad` a view of
     `self.grad`; `backward()` accumulates into an existing `.grad` in place, so the views stay.
     Zeroing, clipping and an elementwise optimizer (Adam, RMSprop, on `[self.param]`) then cost
-    one kernel each instead of one per tensor: ~0.2 ms less per update of a 64-64 actor-critic,
-    5-10% of A2C on CartPole. The optimizers' results equal the per-tensor ones up to rounding
-    (tested), as does the gradient norm.
+    one kernel each instead of one per tensor, which on a small actor-critic is a good part of
+    an update. The optimizers' results equal the per-tensor ones up to rounding (tested), as
+    does the gradient norm.
     Zero with `zero_grad()`; setting a `.grad` to None would detach it from the buffer.
     """
 
@@ -430,7 +377,7 @@ class FlatParams:
 
     def optimizer_state(self, state: dict) -> dict:
         """An optimizer's `state_dict` for `[self.param]`. One saved for the separate parameter
-        tensors (PPO and A2C's Adam before 2026-11-23) is converted: its per-tensor moments are
+        tensors (PPO and A2C's Adam before the buffer) is converted: its per-tensor moments are
         laid out in the buffer, so those checkpoints still resume."""
         groups = state["param_groups"]
         ids = groups[0]["params"] if len(groups) == 1 else []
@@ -453,41 +400,16 @@ class FlatParams:
         self.grad.zero_()
 
     def adam_step(self, opt: torch.optim.Adam) -> None:
-        """`opt.step()` for a fused Adam over `[self.param]`, without torch.optim's Python
-        around the kernel: the same two kernels (step count + 1, then `_fused_adam_`) on the
-        same state, so bit-identical (tested), 9 us instead of 38 here. PPO takes ~8,000 steps
-        per 1e5 env steps with rl-zoo's CartPole settings. The first step (which creates the
-        state) and any other configuration go through `opt.step()`."""
-        g = opt.param_groups[0]
-        st = opt.state.get(self.param)
-        plain = not (g.get("amsgrad") or g.get("differentiable") or g.get("capturable"))
-        if not (type(opt) is torch.optim.Adam and st and g.get("fused") and plain):
+        """`opt.step()`: for a fused Adam over `[self.param]` on the fast path, the same kernels
+        without torch.optim's Python around them, bit for bit (`fastpath.adam_step`)."""
+        if not fastpath.adam_step(opt, self.param, self.grad):
             opt.step()
-            return
-        st["step"].add_(1)
-        torch._fused_adam_(
-            [self.param],
-            [self.grad],
-            [st["exp_avg"]],
-            [st["exp_avg_sq"]],
-            [],
-            [st["step"]],
-            amsgrad=False,
-            lr=g["lr"],
-            beta1=g["betas"][0],
-            beta2=g["betas"][1],
-            weight_decay=g["weight_decay"],
-            eps=g["eps"],
-            maximize=g["maximize"],
-            grad_scale=None,
-            found_inf=None,
-        )
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """`nn.utils.clip_grad_norm_(params, max_norm)`: returns the global gradient norm and
         multiplies the gradients by min(1, max_norm / (norm + 1e-6)). The norm is one kernel
         over the buffer (its padding is zero), not torch's norm of per-tensor norms: equal up
-        to rounding, ~25 us less per call on a 64-64 actor-critic."""
+        to rounding, and one kernel instead of one per tensor."""
         if any(p.grad is not g for p, g in zip(self.params, self.grads, strict=True)):
             raise RuntimeError("a .grad was replaced: zero with FlatParams.zero_grad()")
         norm = torch.linalg.vector_norm(self.grad)

@@ -18,6 +18,8 @@ import shutil
 from pathlib import Path
 
 from backflip.errors import UserError
+from backflip.ui import data
+from backflip.ui.render import STATIC, ReportLinks, render
 
 
 def write_report(
@@ -32,9 +34,6 @@ def write_report(
     `home` is the archive they belong to (default: the first run's parent), where the comparison
     counts each side's tuning budget. `figures` (png, svg or pdf) also writes each run's curves
     and the comparison as figure files in `<out>/figures/`."""
-    from backflip.ui import data
-    from backflip.ui.render import STATIC, ReportLinks, render
-
     if not run_dirs:
         raise UserError("report: name at least one run")
     try:

@@ -30,9 +30,17 @@ from backflip.config import TrainConfig, check_device
 from backflip.envs import make_vec
 from backflip.envs.wrappers import FiniteObservations
 from backflip.errors import NonFiniteError
+from backflip.runs.layout import (
+    CHECKPOINTS,
+    FINAL_CHECKPOINT,
+    VIDEOS,
+    checkpoint_name,
+    env_seed,
+    eval_seed,
+    video_name,
+)
 from backflip.telemetry import Telemetry
-
-EVAL_SEED_OFFSET = 500  # evaluation env copies never share seeds with training copies
+from backflip.video import make_render_env, record_video
 
 
 def disk_full(folder: Path, below: int = 1 << 16) -> bool:
@@ -138,8 +146,8 @@ class SeedRun:
 
     @property
     def env_seed(self) -> int:
-        """Seed of the first training env copy; copy i gets env_seed + i (evaluation: + 500)."""
-        return self.seed * 1000
+        """Seed of the first training env copy; copy i gets env_seed + i (`runs/layout.py`)."""
+        return env_seed(self.seed)
 
     def make_vec(self, num_envs: int):
         """The algorithm's training envs: `num_envs` copies of the run's env (NEXT_STEP
@@ -214,8 +222,9 @@ class SeedRun:
             self._on_warning(message)
 
     def log_due(self, step: int, default_every: int = 1000) -> bool:
-        """For algorithms that step one env step at a time (DQN, DDPG, TD3, SAC): is a metrics
-        row due at `step`? Every `log_every` env steps (RunOptions), else `default_every`."""
+        """Is a metrics row due at `step`? Every `log_every` env steps (RunOptions), else the
+        algorithm's `default_every`; rows fall on multiples of it, so a resume keeps them. Call
+        it once per iteration (or env step), before the other reasons for a row."""
         every = self.opts.log_every or default_every
         if self._next_log is None:  # rows at multiples of `every` (also after a resume)
             self._next_log = (self.start_step // every + 1) * every
@@ -257,7 +266,7 @@ class SeedRun:
             )
         with torch.inference_mode():
             rets, lens = evaluate(
-                act, self._eval_envs, self.opts.eval_episodes, self.env_seed + EVAL_SEED_OFFSET
+                act, self._eval_envs, self.opts.eval_episodes, eval_seed(self.seed)
             )
         self.tel.log_stats("eval/return", rets)
         self.tel.log(**{"eval/len_mean": float(lens.mean())})
@@ -283,16 +292,14 @@ class SeedRun:
 
     def record_video(self, step: int, act: Callable[[np.ndarray], np.ndarray]) -> Path | None:
         """One greedy episode on a rendering env copy -> videos/step_<step>.mp4."""
-        from backflip.video import make_render_env, record_video
-
         if self.out_dir is None or step == self._last_video_step:
             return None
         self._last_video_step = step
         if self._video_env is None:
             self._video_env = make_render_env(self.env_id, self.env_opts)
-        path = self.out_dir / "videos" / f"step_{step:09d}.mp4"
+        path = self.out_dir / VIDEOS / video_name(step)
         with torch.inference_mode():
-            record_video(act, self._video_env, path, self.env_seed + EVAL_SEED_OFFSET)
+            record_video(act, self._video_env, path, eval_seed(self.seed))
         return path
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -309,9 +316,9 @@ class SeedRun:
             return None
         # metrics first: a checkpoint on disk promises every row up to its step is too (resume)
         self.tel.flush()
-        folder = self.out_dir / "checkpoints"
+        folder = self.out_dir / CHECKPOINTS
         folder.mkdir(exist_ok=True)
-        path = folder / (name or f"step_{step:09d}.pt")
+        path = folder / (name or checkpoint_name(step))
         payload = {
             "step": step,
             "algo": self.cfg.algo,
@@ -385,7 +392,7 @@ class SeedRun:
             tel_state, rows_until = self.tel.state(), self.tel.last_row_step
             self.tel.dump(step)
         self.save_checkpoint(
-            step, state, name="final.pt", telemetry=tel_state, rows_until=rows_until
+            step, state, name=FINAL_CHECKPOINT, telemetry=tel_state, rows_until=rows_until
         )
         self.result["steps"] = step
         self.result["params"] = count_params(state)

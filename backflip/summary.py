@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import shlex
 
+from backflip.config import TrainConfig, resolve
+from backflip.runs.archive import waiting_seeds
 from backflip.stats import MIN_TRUSTWORTHY_SEEDS, interval
 
 
@@ -47,8 +49,6 @@ def result_line(results: dict) -> str:
 
 def reproduce_command(record: dict) -> str:
     """A `backflip train` command line that recreates the run's resolved configuration."""
-    from backflip.config import TrainConfig, resolve
-
     cfg = record["config"]
     seeds = cfg["seeds"]
     parts = ["backflip", "train", cfg["algo"], "--env", cfg["env_id"]]
@@ -95,8 +95,6 @@ def run_state(record: dict) -> str:
     """A run's status for listings: 'running', or 'waiting: seed 0 needs 3 labels' while a
     preference run's seeds wait for their person, or 'running (its launcher died; ...)' while
     the seeds of a dead launcher train on, else the recorded status."""
-    from backflip.runs.archive import waiting_seeds
-
     if record.get("orphans"):
         seeds = ", ".join(str(s) for s in record["orphans"])
         return f"running (its launcher died; seed{'s' * (len(record['orphans']) > 1)} {seeds} train on)"
@@ -146,7 +144,7 @@ def run_summary(record: dict) -> str:
     if sps:
         lines.append(f"steps/s per seed: {', '.join(fmt(x, 0) for x in sps)}")
     if record.get("findings") is not None:
-        from backflip.doctor.report import summary_lines
+        from backflip.doctor.report import summary_lines  # the doctor's rules load scipy
 
         lines += summary_lines(record["findings"], record["id"])
     return "\n".join(lines)

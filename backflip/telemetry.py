@@ -8,7 +8,7 @@ Two verbs, as in Spinning Up's logger:
 `store` keeps tensors as they are; `dump` stacks each key once and converts once, so a hot loop
 never pays for `.item()`. A key that gathers `REDUCE_AT` values before a row is due (a long
 `log_every`) is reduced to a running sum, count and maximum, so memory stays bounded: holding
-~40,000 small tensors until the end made PPO 25% slower. Every row goes to two sinks:
+tens of thousands of small tensors until the end made PPO markedly slower. Every row goes to two sinks:
 
 - `metrics.csv`, a long table (`step, wall, name, value`) that tolerates metrics which appear
   only sometimes (evaluation) and is readable after a crash up to the last flushed row;
@@ -37,6 +37,8 @@ import google_crc32c
 import numpy as np
 import psutil
 
+from backflip.runs.layout import EPISODES, METRICS, TENSORBOARD
+
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0  # /proc/self/statm's unit
 REDUCE_AT = 256  # values stored per key before they are folded into a running (sum, count, max)
 
@@ -47,7 +49,7 @@ def _to_floats(lists: list[list]) -> list[np.ndarray]:
     tensor_lists = [values for values in lists if hasattr(values[0], "detach")]
     chunks = iter(())
     if tensor_lists:
-        import torch
+        import torch  # readers of the archive import this module without torch
 
         tensors = [v for values in tensor_lists for v in values]
         with torch.no_grad():
@@ -72,7 +74,7 @@ def _open_statm() -> int | None:
 
 
 def _masked_crc(data: bytes) -> int:
-    """A TFRecord's masked CRC-32C, in C (TensorBoard's own is Python: 0.36 ms a row here)."""
+    """A TFRecord's masked CRC-32C, in C (TensorBoard's own is pure Python, slow per row)."""
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -128,10 +130,9 @@ def _csv_bytes(rows) -> bytes:
 class EventFile:
     """A TensorBoard event file written synchronously, one record per `add`.
 
-    TensorBoard's own EventFileWriter hands each event to a thread of its own. With it, logging
-    cost PPO 0.37-0.41 s per 1e5 CartPole steps; written here, 0.31 s
-    (`benchmarks/telemetry_overhead.py`, 2026-11-23), although that thread used only 0.02 s of
-    CPU: the GIL changing hands while the loop calls torch costs more than the work. Each event
+    TensorBoard's own EventFileWriter hands each event to a thread of its own, and waking it
+    once per row cost PPO more than the thread's own work: the GIL changing hands while the loop
+    calls torch (`benchmarks/telemetry_overhead.py`, docs/benchmarks.md). Each event
     is one TFRecord (length, masked CRC-32C of the length, data, masked CRC-32C of the data:
     the bytes TensorBoard's RecordWriter writes, with the CRC in C), and each row reaches the OS
     at once, so a killed process keeps its TensorBoard rows too.
@@ -140,6 +141,7 @@ class EventFile:
     _uid = itertools.count()  # two files opened in the same second by one process stay apart
 
     def __init__(self, folder: Path):
+        # TensorBoard's protobuf classes: only where an event file is written, not for readers
         from tensorboard.compat.proto.event_pb2 import Event
 
         folder.mkdir(parents=True, exist_ok=True)
@@ -214,14 +216,14 @@ class Telemetry:
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             # whole rows only, even on a full disk (AppendFile)
-            self._csv = AppendFile(self.out_dir / "metrics.csv", append)
+            self._csv = AppendFile(self.out_dir / METRICS, append)
             if self._csv.good == 0:
                 self._csv.add(b"step,wall,name,value\r\n")
-            self._episodes_csv = AppendFile(self.out_dir / "episodes.csv", append)
+            self._episodes_csv = AppendFile(self.out_dir / EPISODES, append)
             if self._episodes_csv.good == 0:
                 self._episodes_csv.add(b"step,return,length\r\n")
             if tensorboard and enabled:
-                self._tb = EventFile(self.out_dir / "tb")
+                self._tb = EventFile(self.out_dir / TENSORBOARD)
         self._last_flush = time.monotonic()
 
     # -- accumulation ------------------------------------------------------------------------
@@ -432,7 +434,7 @@ class Telemetry:
 
     def rss(self) -> int:
         """This process's resident set size in bytes: on Linux one `pread` of /proc/self/statm
-        (~1 µs; psutil's ~9 µs grew to ~100 µs between two PPO rows, 0.2% of the run), psutil
+        (psutil's call costs many times more between two PPO rows than in a tight loop), psutil
         elsewhere or in a forked child (the descriptor would read its parent)."""
         if self._statm is not None and os.getpid() == self._statm_pid:
             return int(os.pread(self._statm, 64, 0).split()[1]) * PAGE_SIZE
@@ -502,7 +504,7 @@ def truncate_logs(folder: str | Path, step: int, rows_until: int | None = None) 
     `rows_until` (default `step`) keeps fewer metric rows: an interrupted seed flushes what it
     stored since its last regular row as one extra row, which its checkpoint keeps un-flushed;
     the resumed seed writes that row again on its regular schedule."""
-    limits = {"metrics.csv": step if rows_until is None else rows_until, "episodes.csv": step}
+    limits = {METRICS: step if rows_until is None else rows_until, EPISODES: step}
     for name, limit in limits.items():
         path = Path(folder) / name
         if not path.exists():
@@ -522,7 +524,7 @@ def truncate_logs(folder: str | Path, step: int, rows_until: int | None = None) 
 def last_logged(folder: str | Path, tail_bytes: int = 1 << 16) -> tuple[int, float | None]:
     """(step, wall time) of the last complete row of a seed's metrics.csv, read from its tail;
     (0, None) when it has none (how far a seed that was killed got)."""
-    path = Path(folder) / "metrics.csv"
+    path = Path(folder) / METRICS
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)

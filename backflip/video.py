@@ -3,7 +3,7 @@
 During training, `--set video_every=N` makes `SeedRun.evaluate` record one greedy episode every N
 env steps (and at the end) to `seeds/<seed>/videos/step_<n>.mp4`, on a separate env copy made with
 `render_mode="rgb_array"` and seeded like the evaluation copies. `backflip watch ID` does the same
-from a checkpoint through the algorithm's `load(checkpoint, obs_space, act_space) -> Agent`.
+from a checkpoint (`backflip/experiments/watch.py`).
 
 MP4 (H.264, yuv420p) is written with imageio-ffmpeg, which ships its own ffmpeg binary
 (`pip install 'backflip[video]'`); rendering classic-control envs needs pygame (same extra).
@@ -11,12 +11,14 @@ MP4 (H.264, yuv420p) is written with imageio-ffmpeg, which ships its own ffmpeg 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from backflip.envs import make_env
 from backflip.errors import UserError
 
 MAX_FRAMES = 2000  # one episode is cut here (about a minute at 30 fps)
@@ -24,7 +26,7 @@ MAX_FRAMES = 2000  # one episode is cut here (about a minute at 30 fps)
 
 def _require_ffmpeg():
     try:
-        import imageio_ffmpeg
+        import imageio_ffmpeg  # the `video` extra
     except ImportError:
         raise UserError("videos need imageio-ffmpeg: pip install 'backflip[video]'") from None
     return imageio_ffmpeg
@@ -32,10 +34,6 @@ def _require_ffmpeg():
 
 def make_render_env(env_id: str, opts=None):
     """One env copy that renders frames, with the run's `env.*` wrappers."""
-    import os
-
-    from backflip.envs import make_env
-
     # pygame (classic-control rendering) must not look for a display or a sound card
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
@@ -107,68 +105,3 @@ def record_video(
     frames, ret, length = record_episode(act, env, seed, max_frames)
     write_mp4(frames, path, fps_of(env))
     return {"path": str(path), "return": ret, "length": length, "seconds": time.perf_counter() - t0}
-
-
-# --- backflip watch -------------------------------------------------------------------------------
-
-
-def find_checkpoint(run_dir: Path, seed: int, checkpoint: str | None) -> Path:
-    """`final` (default), a step number, a file name in the seed's checkpoints, or a path."""
-    from backflip.runs.archive import seed_dir
-
-    folder = seed_dir(run_dir, seed) / "checkpoints"
-    if checkpoint and Path(checkpoint).is_file():
-        return Path(checkpoint)
-    available = sorted(folder.glob("*.pt")) if folder.is_dir() else []
-    if not available:
-        raise UserError(f"seed {seed} of {run_dir.name} has no checkpoints in {folder}")
-    names = ", ".join(p.name for p in available)
-    if checkpoint in (None, "", "final", "last"):
-        final = folder / "final.pt"
-        return final if final.exists() else available[-1]
-    if checkpoint.isdigit():
-        step = int(checkpoint)
-        match = folder / f"step_{step:09d}.pt"
-        if match.exists():
-            return match
-        raise UserError(f"no checkpoint at step {step} for seed {seed}; have: {names}")
-    match = folder / checkpoint
-    if match.exists() and match.parent == folder:
-        return match
-    raise UserError(f"no checkpoint {checkpoint!r} for seed {seed}; have: {names}")
-
-
-def watch(
-    run_dir: Path, seed: int | None = None, checkpoint: str | None = None, out: Path | None = None
-) -> dict:
-    """Render one greedy episode of a checkpoint to MP4; returns the path and the episode's return."""
-    import torch
-
-    from backflip.algos import get_algo
-    from backflip.config import TrainConfig
-    from backflip.runs.archive import load_run, seed_dir
-    from backflip.seedrun import EVAL_SEED_OFFSET
-
-    record = load_run(run_dir)
-    seeds = record["config"]["seeds"]
-    seed = seeds[0] if seed is None else seed
-    if seed not in seeds:
-        raise UserError(f"run {record['id']} has seeds {seeds}, not {seed}")
-    path = find_checkpoint(run_dir, seed, checkpoint)
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001 — a truncated or foreign file: one line, not a traceback
-        raise UserError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from None
-    cfg = TrainConfig.from_dict(ckpt.get("config") or record["config"])
-    env = make_render_env(cfg.env_id, cfg.env)
-    try:
-        agent = get_algo(cfg.algo).load(ckpt, env.observation_space, env.action_space)
-        if out is None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            out = seed_dir(run_dir, seed) / "videos" / f"watch_{path.stem}_{stamp}.mp4"
-        with torch.inference_mode():
-            info = record_video(agent.act, env, Path(out), seed * 1000 + EVAL_SEED_OFFSET)
-    finally:
-        env.close()
-    info.update(checkpoint=str(path), step=ckpt.get("step"), seed=seed)
-    return info

@@ -24,7 +24,9 @@ def write_preference_run(
     """A finished preference run in archive `home`: one metrics row per value of
     `true_returns` (evenly spaced over `STEPS`), the `learned_returns` as finished training
     episodes spread evenly over the rows. Returns the run directory."""
-    from backflip.runs.archive import create_run, finalize_run, seed_dir, write_json
+    from backflip.runs.archive import write_json
+    from backflip.runs.layout import seed_dir
+    from backflip.runs.records import create_run, finalize_run
     from backflip.telemetry import Telemetry
 
     true_returns = np.asarray(true_returns, float)

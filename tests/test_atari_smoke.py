@@ -8,7 +8,8 @@ import torch
 
 from backflip.algos import get_algo
 from backflip.envs import make_vec
-from backflip.runs.archive import load_run, resolve_run
+from backflip.runs.archive import load_run
+from backflip.runs.index import resolve_run
 from backflip.telemetry import read_metrics
 
 pytest.importorskip("ale_py")

@@ -332,7 +332,7 @@ def test_tags_with_a_comma_are_refused_and_percent_or_underscore_filter_exactly(
     assert accepted([*PPO, "--tag", "50%"])
     from backflip.config import resolve
     from backflip.runs import index
-    from backflip.runs.archive import create_run
+    from backflip.runs.records import create_run
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)

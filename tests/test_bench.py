@@ -5,8 +5,8 @@ import json
 import pytest
 
 from backflip import stats
-from backflip.bench import judge, reference_pairs, update_docs
 from backflip.errors import UserError
+from backflip.experiments.bench import judge, reference_pairs, update_docs
 from backflip.runs import index
 
 

@@ -104,8 +104,9 @@ def test_a_seed_that_runs_out_of_space_fails_with_the_message_recorded(tmp_path,
     import torch
 
     from backflip.config import resolve
-    from backflip.launch import SeedJob, run_seed
-    from backflip.runs.archive import create_run, finalize_run, load_run
+    from backflip.launch.seed import SeedJob, run_seed
+    from backflip.runs.archive import load_run
+    from backflip.runs.records import create_run, finalize_run
 
     home = tmp_path / "archive"
     home.mkdir()
@@ -150,7 +151,7 @@ def test_runs_reads_the_run_folders_when_the_index_cannot_be_opened(home, monkey
 
     from backflip.config import resolve
     from backflip.runs import index
-    from backflip.runs.archive import create_run
+    from backflip.runs.records import create_run
 
     config = resolve("ppo", "CartPole-v1", [0], None).to_dict()
     run_dir, _ = create_run(home, config, ["train"], tags=["t"])

@@ -7,8 +7,14 @@ import pytest
 from backflip.algos import get_algo
 from backflip.config import resolve
 from backflip.errors import UserError
+from backflip.experiments.sweep import (
+    ablation_variants,
+    auto_values,
+    judge,
+    parse_vary,
+    sweep_variants,
+)
 from backflip.runs import index
-from backflip.sweep import ablation_variants, auto_values, judge, parse_vary, sweep_variants
 
 TINY = ["--steps", "2048", "--set", "epochs=1", "--workers", "2", "--no-progress"]
 

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from backflip.runs import index
-from backflip.runs.archive import load_run, resolve_run
+from backflip.runs.archive import load_run
+from backflip.runs.index import resolve_run
 from backflip.telemetry import read_metrics
 from tests.conftest import ROOT, cli_env
 
@@ -290,7 +291,7 @@ def test_four_concurrent_launches_leave_a_consistent_index(home):
 
 def test_a_dead_launcher_is_finalized_from_its_seeds_not_left_running(home):
     from backflip.config import resolve
-    from backflip.runs.archive import create_run
+    from backflip.runs.records import create_run
 
     cfg = resolve("ppo", "CartPole-v1", [0], 1000)
     run_dir, _record = create_run(home, cfg.to_dict(), ["backflip", "train"], "will die")

@@ -132,7 +132,8 @@ def test_a_preference_run_shows_its_true_return_first_and_labels_the_learned_rew
 
     from backflip.report import write_report
     from backflip.returns import LEARNED_NOTE
-    from backflip.runs.archive import seed_dir, write_json
+    from backflip.runs.archive import write_json
+    from backflip.runs.layout import seed_dir
     from backflip.ui.data import run_curves, run_detail, seed_progress
     from tests.prefs_runs import write_preference_run
 
@@ -184,7 +185,8 @@ def test_a_preference_run_shows_its_true_return_first_and_labels_the_learned_rew
 
 
 def test_an_ordinary_run_keeps_its_groups_and_has_no_notes(tmp_path):
-    from backflip.runs.archive import create_run, seed_dir
+    from backflip.runs.layout import seed_dir
+    from backflip.runs.records import create_run
     from backflip.telemetry import Telemetry
     from backflip.ui.data import run_curves, run_detail
 

@@ -14,8 +14,9 @@ to the policy on the step after an episode end is that episode's final observati
 loss.
 
 Rollouts are tiny (8 × 5 = 40 steps with SB3's settings), so diagnostics are computed only on the
-iteration that closes a metrics row, every `log_interval` env steps: rollout statistics over all
-iterations since the last row, and KL, update size and entropy of that row's last update.
+iteration that closes a metrics row, every `log_every` env steps (a run option, as for every
+algorithm; A2C's default is `ROW_EVERY`): rollout statistics over all iterations since the last
+row, and KL, update size and entropy of that row's last update.
 """
 
 from __future__ import annotations
@@ -91,9 +92,11 @@ class Config:
     """Box actions: generalized state-dependent exploration (gSDE, nets.ActorCritic)"""
     sde_sample_freq: int = 0
     """with sde: draw new exploration noise every this many steps (0: once per rollout)"""
-    log_interval: int = 2000
-    """env steps between metrics rows (rounded up to whole rollouts)"""
 
+
+# env steps between metrics rows when `log_every` is 0 (its rollouts are tiny: a row every
+# rollout would cost more than the update)
+ROW_EVERY = 2000
 
 PRESETS = {
     "CartPole-v1": {"steps": 300_000},
@@ -169,7 +172,6 @@ def train(cfg: Config, run: SeedRun) -> None:
                 "prev_done": prev_done,
                 "ep_ret": episodes.ret,
                 "ep_len": episodes.len,
-                "next_row": next_row,
             },
         }
 
@@ -205,9 +207,6 @@ def train(cfg: Config, run: SeedRun) -> None:
         obs, _ = envs.reset(seed=run.env_seed + step)
         prev_done = np.zeros(N, bool)
     iterations = max(1, run.steps // (N * T))
-    next_row = step + cfg.log_interval
-    if run.restored:  # rows keep their schedule across a resume
-        next_row = run.restored["loop"]["next_row"]
     while it < iterations and not run.stopping:
         it += 1
         lr = cfg.lr * (1.0 - (it - 1) / iterations) if cfg.anneal_lr else cfg.lr
@@ -255,7 +254,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         b_act = torch.from_numpy(act_buf.reshape(T * N, *act_space.shape))[keep].to(device)
         b_adv, b_ret = (x.reshape(-1)[keep].to(device) for x in (adv, ret))
         evaluate_now = run.eval_due(step)
-        row = step >= next_row or it == iterations or evaluate_now
+        row = run.log_due(step, ROW_EVERY) or it == iterations or evaluate_now
         theta0 = params_vector(params).detach().clone() if row and diag else None
         with tel.timer("update"):
             out, value = ac(b_obs)
@@ -312,7 +311,6 @@ def train(cfg: Config, run: SeedRun) -> None:
             run.evaluate(step, agent.act)
         if row:
             run.log(step)
-            next_row = step + cfg.log_interval
         if run.checkpoint_due(step):
             run.save_checkpoint(step, state())
 

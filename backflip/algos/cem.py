@@ -26,6 +26,7 @@ import torch
 from backflip.algos.common import Agent
 from backflip.config import TrainConfig
 from backflip.envs import restore_envs, snapshot_envs
+from backflip.errors import UserError
 from backflip.nets import ACTIVATIONS
 from backflip.seedrun import SeedRun
 
@@ -108,8 +109,6 @@ def train(cfg: Config, run: SeedRun) -> None:
     envs = run.make_vec(P * K)
     obs_space, act_space = envs.single_observation_space, envs.single_action_space
     if len(obs_space.shape) != 1:
-        from backflip.errors import UserError
-
         raise UserError(f"cem needs vector observations; {run.env_id} has {obs_space}")
     policy = Policy(obs_space, act_space, cfg.hidden, cfg.activation)
     mu = torch.zeros(policy.dim)
@@ -176,9 +175,12 @@ def train(cfg: Config, run: SeedRun) -> None:
                 "train/generation": gen,
             }
         )
-        if run.eval_due(step):
+        evaluate_now = run.eval_due(step)
+        if evaluate_now:
             run.evaluate(step, agent.act)
-        run.log(step)
+        # a row every generation, or every `log_every` env steps (the generation closing it)
+        if run.log_due(step, default_every=1) or evaluate_now:
+            run.log(step)
         if run.checkpoint_due(step):
             run.save_checkpoint(step, state())
 

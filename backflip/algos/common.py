@@ -8,6 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from backflip.config import TrainConfig
+from backflip.errors import UserError
+from backflip.nets import ActorCritic, params_vector
+from backflip.normalize import ObsNormalizer
+
 
 @dataclass
 class Agent:
@@ -30,8 +35,6 @@ def obs_dtype(obs_space) -> torch.dtype:
 
 def check_obs(obs_space, norm_obs: bool, algo: str) -> bool:
     """True for image observations; refuses `norm_obs` on them (the CNN divides by 255)."""
-    from backflip.errors import UserError
-
     images = len(obs_space.shape) == 3
     if images and norm_obs:
         raise UserError(f"{algo}: norm_obs is for vector observations; images are scaled by 1/255")
@@ -56,7 +59,6 @@ def log_policy_health(tel, ac, obs, act, logp_old, theta0, max_entropy) -> None:
     out = ac.policy(obs)
     logp, entropy = ac.logp_entropy(out, act)
     logratio = logp - logp_old
-    from backflip.nets import params_vector
 
     theta = params_vector(ac.parameters())
     tel.log(
@@ -109,8 +111,6 @@ def actor_critic_agent(ac, obs_norm, act_space, device) -> Agent:
 def build_actor_critic(cfg, obs_space, act_space):
     """The `nets.ActorCritic` a PPO, A2C or VPG config describes (hidden, activation,
     log_std_init, sde), freshly initialized."""
-    from backflip.nets import ActorCritic
-
     return ActorCritic(
         obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, cfg.sde
     )
@@ -119,9 +119,6 @@ def build_actor_critic(cfg, obs_space, act_space):
 def load_actor_critic(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
     """The agent in a checkpoint whose state holds `model` (an ActorCritic built from the
     config's `hidden`, `activation`, `log_std_init`, `sde`) and `obs_norm` (or None)."""
-    from backflip.config import TrainConfig
-    from backflip.normalize import ObsNormalizer
-
     cfg = TrainConfig.from_dict(checkpoint["config"]).hp
     ac = build_actor_critic(cfg, obs_space, act_space)
     ac.to(device).load_state_dict(checkpoint["state"]["model"])

@@ -21,18 +21,18 @@ iteration with the CartPole defaults' 256-step rollouts), at evaluations and at 
 and gradient norm are averaged over every minibatch since the last row, entropy and clip fraction
 over the samples of every minibatch of an update (reduced once, after it) and then over updates;
 KL after the update is computed every iteration (on image observations from every k-th sample of
-the rollout, ~256 of them: a CNN pass over all of it was ~10% of an Atari iteration) and the row
+the rollout, ~256 of them: a CNN pass over all of it is a sizable part of an Atari iteration) and the row
 keeps its maximum (a blow-up can last one iteration); the other diagnostics that need an extra
 pass (explained variance, update size, value, advantage, observation and reward statistics)
-describe the iteration that closes the row. Computing all of them on every iteration cost ~10%
-of the wall time with rl-zoo's settings; this way, with the CartPole preset, ~3.5%
-(docs/benchmarks.md, "What logging everything costs").
+describe the iteration that closes the row: computing all of them on every iteration cost
+several times more (docs/benchmarks.md, "What logging everything costs").
 
 Speed (docs/benchmarks.md): a gradient step on CartPole is ~100 small kernels, so what counts is
-how many there are. The networks' tanh is NumPy's, each network one autograd node (`nets.MLP`);
+how many there are. The networks' tanh is NumPy's, each network one autograd node (`nets.MLP` on the
+fast path, `backflip/fastpath.py`);
 parameters, gradients and Adam's state live in one buffer (`nets.FlatParams`), so zeroing,
 clipping and the Adam step are one kernel each (the Adam step called without torch.optim's
-Python wrapper, ~0.1 ms of a ~1 ms gradient step); a rollout that fits in one minibatch is not
+Python wrapper: `backflip/fastpath.py`); a rollout that fits in one minibatch is not
 shuffled (the loss is a mean over it); the entropy term leaves the graph when its weight is 0.
 """
 
@@ -147,8 +147,8 @@ PRESETS = {
 # The PPO paper's Atari settings (Schulman et al. 2017, table 5: 8 actors x 128 steps, 3 epochs of
 # minibatches of 256, lr 2.5e-4 and clip 0.1 both annealed, entropy 0.01, 10M agent steps = 40M
 # frames), for the seven games Christiano et al. (2017) used. The defaults' 20 epochs per 256
-# steps cost 20 forward-backward passes of the CNN per agent step, 3 epochs cost 3: on this
-# project's 2-core CPU, Atari PPO without this preset ran at ~20-50 steps/s.
+# steps cost 20 forward-backward passes of the CNN per agent step, 3 epochs cost 3 (Atari on a
+# CPU: docs/benchmarks.md).
 ATARI = {
     "steps": 10_000_000,
     "num_envs": 8,
@@ -389,8 +389,8 @@ def train(cfg: Config, run: SeedRun) -> None:
                         "train/entropy": ent.mean(),
                     }
                 )
-                # on pixels this pass is a CNN forward over the whole rollout (~10% of an
-                # Atari iteration): every k-th sample, ~KL_SAMPLES of them, estimates it
+                # on pixels this pass is a CNN forward over the whole rollout (a sizable part
+                # of an Atari iteration): every k-th sample, ~KL_SAMPLES of them, estimates it
                 kl = slice(None, None, max(1, n // KL_SAMPLES)) if images else slice(None)
                 out = ac.policy(b_obs[kl])
                 logp_new, entropy = ac.logp_entropy(out, b_act[kl])

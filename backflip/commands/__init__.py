@@ -1,8 +1,14 @@
-"""Thin CLI subcommands: argument parsing and printing only (see backflip/cli.py)."""
+"""Thin CLI subcommands: argument parsing and printing only (see backflip/cli.py).
+
+`backflip --help` imports every module here to build its parser, so each imports the library
+(NumPy, torch, SciPy, Flask, ...) inside the function that runs the command, not at the top.
+"""
 
 from __future__ import annotations
 
 import sys
+
+from backflip import jsonout
 
 
 def add_home(parser) -> None:
@@ -13,8 +19,6 @@ def add_home(parser) -> None:
 
 def print_json(data) -> None:
     """`--json` output: strict JSON through `backflip.jsonout` (null, never NaN)."""
-    from backflip import jsonout
-
     sys.stdout.write(jsonout.dumps(data, indent=2) + "\n")
 
 

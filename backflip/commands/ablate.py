@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from backflip.commands.sweep import add_study_args, launch_study
+from backflip.errors import UserError
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -26,8 +29,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.errors import UserError
-    from backflip.sweep import ablation_variants
+    from backflip.experiments.sweep import ablation_variants
 
     if args.list:
         from backflip.algos import get_algo

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from backflip.commands import add_format, add_home, print_json
 
+# the library is imported inside functions: `backflip --help` imports every command module
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -49,7 +51,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.compare import compare_runs, format_report, plot_name
+    from backflip.experiments.compare import compare_runs, format_report, plot_name
     from backflip.plots import figure_path
     from backflip.runs.archive import home_dir
 

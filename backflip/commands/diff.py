@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from backflip.commands import add_home, print_json
 
+# the library is imported inside functions: `backflip --help` imports every command module
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -28,7 +30,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.rundiff import diff_runs, format_diff
+    from backflip.experiments.diff import diff_runs, format_diff
     from backflip.runs.archive import home_dir
 
     report = diff_runs(home_dir(args.home), args.a, args.b, args.metric)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from backflip.commands import add_home, print_json
 
+# the library is imported inside functions: `backflip --help` imports every command module
+
 
 def register(sub) -> None:
     p = sub.add_parser(

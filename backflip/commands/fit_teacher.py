@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from backflip.commands import add_home, print_json
+from backflip.errors import UserError
+from backflip.runs.layout import seed_dir
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(stages) -> None:
@@ -24,9 +28,9 @@ def register(stages) -> None:
 
 
 def run(args) -> int:
-    from backflip.errors import UserError
     from backflip.prefs.teacher_fit import fit_run, format_fit
-    from backflip.runs.archive import home_dir, load_run, resolve_run, seed_dir
+    from backflip.runs.archive import home_dir, load_run
+    from backflip.runs.index import resolve_run
 
     run_dir = resolve_run(home_dir(args.home), args.run)
     record = load_run(run_dir)

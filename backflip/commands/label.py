@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 
 from backflip.commands import add_home
+from backflip.errors import UserError
+from backflip.runs.layout import seed_dir
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -30,8 +34,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.errors import UserError
-    from backflip.runs.archive import home_dir, load_run, resolve_run, seed_dir
+    from backflip.runs.archive import home_dir, load_run
+    from backflip.runs.index import resolve_run
     from backflip.ui.app import running_ui, serve
 
     home = home_dir(args.home)

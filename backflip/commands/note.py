@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from backflip.commands import add_home
 
+# the library is imported inside functions: `backflip --help` imports every command module
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -25,7 +27,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backflip.journal import add_note
-    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
 
     home = home_dir(args.home, create=True)
     run_id = resolve_run(home, args.run).name if args.run else None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from backflip.commands import add_backend, add_format, add_home, print_json
+from backflip.commands.train import check_backend
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def add_plot_args(p) -> None:
@@ -18,8 +21,8 @@ def add_plot_args(p) -> None:
 
 def draw(home, reg, args) -> str | None:
     """The plan's figure, or why there is none (an env without reference scores), as a line."""
-    from backflip import plan
     from backflip.errors import UserError
+    from backflip.experiments import plan
     from backflip.plots import figure_path
 
     if args.no_plot or not reg.get("report"):
@@ -67,7 +70,7 @@ def register(sub) -> None:
 
 
 def run_create(args) -> int:
-    from backflip import plan
+    from backflip.experiments import plan
     from backflip.runs.archive import home_dir
 
     reg, text = plan.create(home_dir(args.home, create=True), args.file)
@@ -76,8 +79,7 @@ def run_create(args) -> int:
 
 
 def run_run(args) -> int:
-    from backflip import plan
-    from backflip.commands.train import check_backend
+    from backflip.experiments import plan
     from backflip.plots import figure_path
     from backflip.runs.archive import home_dir
 
@@ -99,7 +101,7 @@ def run_run(args) -> int:
 
 
 def run_show(args) -> int:
-    from backflip import plan
+    from backflip.experiments import plan
     from backflip.runs.archive import home_dir
 
     home = home_dir(args.home)

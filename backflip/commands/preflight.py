@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from backflip.commands import print_json
+from backflip.config import EnvOptions, _build, parse_sets
+from backflip.errors import UserError
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -34,9 +38,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.config import EnvOptions, _build, parse_sets
     from backflip.doctor.preflight import preflight, render
-    from backflip.errors import UserError
 
     values = {}
     for key, value in parse_sets(args.sets).items():

@@ -6,7 +6,18 @@ from __future__ import annotations
 import sys
 
 from backflip.commands import add_home, fit_teacher
-from backflip.commands.train import DEFAULT_SEEDS, _steps, add_seed_args, seeds_from
+from backflip.commands.train import (
+    DEFAULT_SEEDS,
+    _steps,
+    add_seed_args,
+    execute,
+    list_keys,
+    seeds_from,
+)
+from backflip.config import _build, describe, format_value, load_config_file, parse_sets, resolve
+from backflip.errors import UserError
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -80,11 +91,10 @@ def _common(p) -> None:
 
 def build(args, home):
     """(TrainConfig, PrefsConfig) from the arguments: presets < --config < --set < flags."""
-    from backflip.config import _build, load_config_file, parse_sets, resolve
-    from backflip.errors import UserError
     from backflip.prefs.pipeline import PrefsConfig
     from backflip.prefs.presets import PAPER, preset_for
-    from backflip.runs.archive import load_run, resolve_run
+    from backflip.runs.archive import load_run
+    from backflip.runs.index import resolve_run
 
     stage = {"train": "full", "gather": "gather", "pretrain": "pretrain"}[args.stage]
     algo = getattr(args, "algo", "ppo")
@@ -150,8 +160,6 @@ def build(args, home):
 
 def ask_task(pcfg, interactive: bool) -> None:
     """A person labels this run: make sure the page can tell them what "better" means."""
-    from backflip.errors import UserError
-
     if pcfg.labeler != "human" or pcfg.task.strip() or pcfg.stage not in ("full", "gather"):
         return
     if interactive:
@@ -167,8 +175,6 @@ def ask_task(pcfg, interactive: bool) -> None:
 
 
 def run(args) -> int:
-    from backflip.commands.train import execute, list_keys
-    from backflip.config import describe, format_value
     from backflip.runs.archive import home_dir
 
     if not args.stage:

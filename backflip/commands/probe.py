@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
+from backflip.algos import get_algo
 from backflip.commands import print_json
+from backflip.errors import UserError
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -28,12 +34,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import time
 
-    from backflip.algos import get_algo
     from backflip.doctor.audits import audit_obs_normalizer, audit_reward_scaler
     from backflip.doctor.probes import probe_kinds, result_line, run_probes
-    from backflip.errors import UserError
 
     spec = get_algo(args.algo)
     kinds = probe_kinds(spec)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from backflip.commands import add_format, add_home
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -25,10 +29,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
 
     from backflip.report import write_report
-    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
 
     home = home_dir(args.home)
     dirs = []

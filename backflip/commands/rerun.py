@@ -5,6 +5,10 @@ from __future__ import annotations
 import sys
 
 from backflip.commands import add_backend, add_home
+from backflip.commands.train import execute
+from backflip.config import TrainConfig
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -20,9 +24,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.commands.train import execute
-    from backflip.config import TrainConfig
-    from backflip.runs.archive import home_dir, load_run, resolve_run
+    from backflip.runs.archive import home_dir, load_run
+    from backflip.runs.index import resolve_run
 
     home = home_dir(args.home, create=True)
     original = load_run(resolve_run(home, args.run))

@@ -6,6 +6,8 @@ import sys
 
 from backflip.commands import add_backend, add_home, print_json
 
+# the library is imported inside functions: `backflip --help` imports every command module
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -25,8 +27,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.resume import resume_run
-    from backflip.runs.archive import home_dir, resolve_run
+    from backflip.experiments.resume import resume_run
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
     from backflip.summary import run_summary
 
     home = home_dir(args.home)

@@ -7,6 +7,9 @@ import sys
 
 from backflip.commands import add_home, print_json
 from backflip.errors import UserError
+from backflip.runs.layout import RUN_JSON
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -59,7 +62,7 @@ def run(args) -> int:
         limit=args.limit,
     )
     for r in rows:  # a running preference run may wait for its person, or orphans train on
-        if r["status"] == "running" and (home / r["id"] / "run.json").exists():
+        if r["status"] == "running" and (home / r["id"] / RUN_JSON).exists():
             with contextlib.suppress(UserError):
                 r["status"] = run_state(load_run(home / r["id"]))
     damaged = [] if args.reindex or args.repair else index.damaged(home)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from backflip.commands import add_format, add_home, print_json
+from backflip.runs.layout import CODE_PATCH, FINDINGS
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -24,17 +27,18 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.runs.archive import home_dir, load_run, resolve_run
+    from backflip.runs.archive import home_dir, load_run
+    from backflip.runs.index import resolve_run
     from backflip.summary import reproduce_command, run_summary, seed_table_rows
 
     run_dir = resolve_run(home_dir(args.home), args.run)
     record = load_run(run_dir)
     record["reproduce"] = reproduce_command(record)
-    if (run_dir / "findings.json").exists():  # written by the doctor after training
+    if (run_dir / FINDINGS).exists():  # written by the doctor after training
         import json
 
         try:
-            record["findings"] = json.loads((run_dir / "findings.json").read_text())["findings"]
+            record["findings"] = json.loads((run_dir / FINDINGS).read_text())["findings"]
         except (json.JSONDecodeError, KeyError, OSError):
             pass  # a damaged findings file: `backflip doctor ID` recomputes it
     if args.plot:
@@ -93,7 +97,7 @@ def run(args) -> int:
     print(f"\ncommand: {' '.join(record.get('argv', []))}")
     print(f"reproduce: {record['reproduce']}")
     if git and git.get("commit"):
-        patch = " && git apply " + str(run_dir / "code.patch") if git.get("dirty") else ""
+        patch = " && git apply " + str(run_dir / CODE_PATCH) if git.get("dirty") else ""
         print(f"  code: git -C {git['root']} checkout {git['commit']}{patch}")
     print(f"  or: backflip rerun {record['id']}")
     if record.get("plot"):

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 
+from backflip.algos import get_algo
 from backflip.commands import add_backend, add_format, add_home, print_json
+from backflip.commands.train import _steps, add_seed_args, check_backend, seeds_from
+from backflip.config import load_config_file, parse_sets, resolve
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def add_study_args(p) -> None:
     """Arguments shared by `sweep` and `ablate`: what to train, and where."""
-    from backflip.commands.train import _steps, add_seed_args
-
     p.add_argument("algo", help="algorithm (ppo, ...)")
     p.add_argument("--env", required=True, metavar="ENV_ID")
     add_seed_args(p)
@@ -55,12 +58,9 @@ def register(sub) -> None:
 
 
 def launch_study(args, kind: str, make_variants) -> int:
-    from backflip.algos import get_algo
-    from backflip.commands.train import check_backend, seeds_from
-    from backflip.config import load_config_file, parse_sets, resolve
     from backflip.envs import check_supported
+    from backflip.experiments.sweep import build_configs, format_study, judge, run_study, save_study
     from backflip.runs.archive import home_dir
-    from backflip.sweep import build_configs, format_study, judge, run_study, save_study
 
     home = home_dir(args.home, create=True)
     spec = get_algo(args.algo)
@@ -103,7 +103,7 @@ def launch_study(args, kind: str, make_variants) -> int:
 
 
 def run(args) -> int:
-    from backflip.sweep import drop_invalid, parse_vary, sweep_variants
+    from backflip.experiments.sweep import drop_invalid, parse_vary, sweep_variants
 
     def make(spec, base, file_values, sets, seeds):
         flat = base.flat()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 
 from backflip.commands import add_home
+from backflip.errors import UserError
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -26,7 +29,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from backflip.errors import UserError
     from backflip.runs.archive import home_dir
     from backflip.ui.app import serve
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from backflip.commands import add_home, print_json
+
+# the library is imported inside functions: `backflip --help` imports every command module
 
 
 def register(sub) -> None:
@@ -26,10 +30,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
 
-    from backflip.runs.archive import home_dir, resolve_run
-    from backflip.video import watch
+    from backflip.experiments.watch import watch
+    from backflip.runs.archive import home_dir
+    from backflip.runs.index import resolve_run
 
     run_dir = resolve_run(home_dir(args.home), args.run)
     info = watch(run_dir, args.seed, args.checkpoint, Path(args.out) if args.out else None)

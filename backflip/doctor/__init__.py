@@ -21,6 +21,7 @@ from backflip.doctor.findings import RULES, Finding, Hit, Rule, make_finding, so
 from backflip.doctor.seeds import SEED_RULES, SeedSet
 from backflip.doctor.series import RunData, progress
 from backflip.doctor.sources import Target, resolve_target
+from backflip.runs.layout import FINDINGS
 
 __all__ = [
     "RULES",
@@ -130,7 +131,7 @@ def diagnose_run_dir(run_dir: Path) -> list[Finding]:
     findings = examine(t)
     try:
         write_json(
-            Path(run_dir) / "findings.json",
+            Path(run_dir) / FINDINGS,
             {
                 "target": str(run_dir),
                 "created": now_iso(),

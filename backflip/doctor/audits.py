@@ -1,4 +1,4 @@
-"""Audits of backflip's normalizers (catalog row 9): behaviour checks on synthetic streams.
+"""Audits of backflip's normalizers (catalog entry 9): behaviour checks on synthetic streams.
 
 Schulman: scale rewards, never shift them (a subtracted mean turns a reward for staying alive
 into a punishment); the running discounted return must restart at every episode end (OpenAI

@@ -8,9 +8,13 @@ where the advice comes from. Rules register themselves with `@rule(...)` in `rul
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from backflip.runs.layout import FINDINGS
 
 SEVERITIES = ("info", "warning", "error")
 
@@ -47,8 +51,8 @@ class Hit:
 @dataclass(frozen=True)
 class Rule:
     id: str
-    row: str
-    """the row of the diagnostics catalog (docs/doctor.md) this rule implements"""
+    entry: str
+    """the entry of the diagnostics catalog (docs/doctor.md) this rule implements"""
     reads: tuple[str, ...]
     threshold: str
     cause: str
@@ -65,7 +69,7 @@ RULES: list[Rule] = []
 def rule(
     id: str,
     *,
-    row: str,
+    entry: str,
     reads: tuple[str, ...],
     threshold: str,
     cause: str,
@@ -78,7 +82,7 @@ def rule(
     def register(fn):
         if any(r.id == id for r in RULES):
             raise ValueError(f"duplicate rule id {id}")
-        RULES.append(Rule(id, row, reads, threshold, cause, check_next, source, live, fn))
+        RULES.append(Rule(id, entry, reads, threshold, cause, check_next, source, live, fn))
         return fn
 
     return register
@@ -115,3 +119,22 @@ def _jsonable(x):
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return x
+
+
+def read_findings(run_dir: Path) -> dict | None:
+    """The doctor's `findings.json` ({"target", "findings": [...]}) or None when absent/unreadable.
+
+    Each finding: rule, severity (error/warning/info), metric, step, message, evidence.
+    """
+    path = Path(run_dir) / FINDINGS
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        return {"error": f"unreadable findings.json: {e}", "findings": []}
+    items = data.get("findings", []) if isinstance(data, dict) else []
+    order = {"error": 0, "warning": 1, "info": 2}
+    clean = [f for f in items if isinstance(f, dict)]
+    clean.sort(key=lambda f: (order.get(f.get("severity"), 3), str(f.get("metric") or "")))
+    return {"target": data.get("target") if isinstance(data, dict) else None, "findings": clean}

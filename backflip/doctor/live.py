@@ -1,6 +1,6 @@
 """The doctor during training: a `SeedRun` monitor that checks the live rules as rows arrive.
 
-`launch.run_seed` appends a `LiveDoctor` to `run.monitors` (unless `doctor.live=false`). Every
+`launch.seed.run_seed` appends a `LiveDoctor` to `run.monitors` (unless `doctor.live=false`). Every
 row is kept; every `every_s` seconds (and at the fifth row) the rules marked `live` run on the
 rows so far, and each rule that fires with severity warning or error is reported once, as a
 warning line on the console. Non-finite values are not checked here: `SeedRun` stops the seed

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from backflip.runs.layout import CHECKPOINTS, FINAL_CHECKPOINT
+
 VALUE_TOL = 0.1
 ACTION_TOL = 0.1
 PROBE_GAMMA = 0.5
@@ -131,7 +133,7 @@ def run_probe(algo: str, k: int, box: bool, seed: int = 0, steps: int | None = N
             finally:
                 run.close()
             checkpoint = torch.load(
-                Path(tmp) / "checkpoints" / "final.pt", weights_only=False, map_location="cpu"
+                Path(tmp) / CHECKPOINTS / FINAL_CHECKPOINT, weights_only=False, map_location="cpu"
             )
     finally:
         torch.set_num_threads(threads)

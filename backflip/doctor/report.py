@@ -95,7 +95,7 @@ def catalog_markdown() -> str:
     for r in [*RULES, *SEED_RULES]:
         live = ", checked live" if r.live else ""
         out += [
-            f"#### `{r.id}` (catalog row {r.row}{live})",
+            f"#### `{r.id}` (catalog entry {r.entry}{live})",
             "",
             f"- reads: {', '.join(f'`{x}`' for x in r.reads)}",
             f"- fires when: {r.threshold}",

@@ -37,6 +37,7 @@ from backflip.doctor.series import (
     tail,
 )
 from backflip.returns import EVAL_RETURN, TRUE_RETURN
+from backflip.runs.layout import STATUS
 
 MIN_ROWS = 10  # trend rules need at least this many metric rows
 
@@ -62,12 +63,12 @@ def _gamma(d: RunData) -> float | None:
     return float(g) if isinstance(g, int | float) else None
 
 
-# --- row 1: non-finite values ---------------------------------------------------------------
+# --- entry 1: non-finite values -------------------------------------------------------------------
 
 
 @rule(
     "nonfinite",
-    row="1",
+    entry="1",
     reads=("every metric",),
     threshold="any NaN or ±inf at any step",
     cause="a numerical blow-up (exploding loss or learning rate), or NaN/inf coming from the "
@@ -123,8 +124,8 @@ def nonfinite(d: RunData):
 
 @rule(
     "seed-failed",
-    row="-",
-    reads=("status.json",),
+    entry="-",
+    reads=(STATUS,),
     threshold="the seed's process ended with an error",
     cause="an exception in the algorithm or the environment, or the process was killed",
     check_next="the seed's traceback.txt and stderr.log in the run directory",
@@ -139,7 +140,7 @@ def seed_failed(d: RunData):
 
 @rule(
     "short-run",
-    row="-",
+    entry="-",
     reads=("every metric",),
     threshold=f"fewer than {MIN_ROWS} metric rows",
     cause="a short budget or an early stop",
@@ -153,12 +154,12 @@ def short_run(d: RunData):
     return None
 
 
-# --- row 3: policy entropy -----------------------------------------------------------------
+# --- entry 3: policy entropy ----------------------------------------------------------------------
 
 
 @rule(
     "entropy-flat",
-    row="3",
+    entry="3",
     reads=(
         "train/entropy_norm",
         "train/policy_std",
@@ -226,7 +227,7 @@ def entropy_flat(d: RunData):
 
 @rule(
     "entropy-collapse",
-    row="3",
+    entry="3",
     reads=("train/entropy_norm", "train/policy_std", "rollout/ep_return_mean", TRUE_READ),
     threshold="normalized entropy < 0.1 (Box: policy std < 5% of its start) within the first "
     "25% of training: error when the return does not improve, warning when it does (catalog: "
@@ -281,7 +282,7 @@ def entropy_collapse(d: RunData):
 
 @rule(
     "entropy-oscillation",
-    row="3",
+    entry="3",
     reads=("train/entropy_norm",),
     threshold="after warm-up the normalized entropy (median of 5 rows) reverses direction by "
     "≥ 0.2 at least 4 times",
@@ -326,12 +327,12 @@ def reversals(v: np.ndarray, delta: float) -> int:
     return count
 
 
-# --- row 4: KL between consecutive policies ------------------------------------------------
+# --- entry 4: KL between consecutive policies -----------------------------------------------------
 
 
 @rule(
     "kl-negative",
-    row="4",
+    entry="4",
     reads=("train/approx_kl",),
     threshold="approx_kl < −1e-6 at any step (the estimator mean((r−1) − log r) is never negative)",
     cause="the KL is computed wrong: the wrong estimator (mean(−log r) can be negative), "
@@ -360,7 +361,7 @@ def kl_negative(d: RunData):
 
 @rule(
     "kl-large",
-    row="4",
+    entry="4",
     reads=("train/approx_kl",),
     threshold="error: KL > 3 once, or > 1 on ≥ 3 rows; warning: median KL after the first row "
     "> 0.1 (H), or 2 spikes > 1 that are 10× the median of the 10 rows before them (one "
@@ -417,12 +418,12 @@ def kl_large(d: RunData):
     return None
 
 
-# --- row 5: explained variance -------------------------------------------------------------
+# --- entry 5: explained variance ------------------------------------------------------------------
 
 
 @rule(
     "explained-variance",
-    row="5",
+    entry="5",
     reads=("train/explained_var", "train/value_loss", "rollout/return_target_mean"),
     threshold="after warm-up: median ≤ 0.05 (≈ 0: no better than a constant) and 90th "
     "percentile < 0.2 (rows where the value loss is < 1e-4 × target² — targets nearly "
@@ -460,12 +461,12 @@ def explained_variance(d: RunData):
     )
 
 
-# --- row 6: scales ---------------------------------------------------------------------------
+# --- entry 6: scales ------------------------------------------------------------------------------
 
 
 @rule(
     "reward-scale",
-    row="6",
+    entry="6",
     reads=("env/reward_min", "env/reward_max", "rollout/ep_return_mean", "rollout/ep_len_mean"),
     threshold="typical |reward| per step > 100 (raw env/reward_*, else return / length; on a "
     "preference run these hold the learned reward the policy trains on, and the finding says so)",
@@ -508,7 +509,7 @@ def reward_scale(d: RunData):
 
 @rule(
     "value-scale",
-    row="6",
+    entry="6",
     reads=("rollout/return_target_absmax", "rollout/value_mean", "train/value_loss"),
     threshold="value targets (or values, or Q) beyond ±1000 after warm-up — 100× Schulman's ±10 "
     "(H) — or a value loss > 1e6",
@@ -549,7 +550,7 @@ def value_scale(d: RunData):
 
 @rule(
     "advantage-bias",
-    row="6",
+    entry="6",
     reads=("rollout/adv_mean", "rollout/adv_std", "rollout/return_target_mean"),
     threshold="after warm-up, median |adv_mean| / (|return_target_mean| + adv_std) > 0.5",
     cause="advantages (before normalization) persistently one-signed: the value function is "
@@ -585,12 +586,12 @@ def advantage_bias(d: RunData):
     )
 
 
-# --- row 7: value sign ---------------------------------------------------------------------
+# --- entry 7: value sign --------------------------------------------------------------------------
 
 
 @rule(
     "value-sign",
-    row="7",
+    entry="7",
     reads=("rollout/value_mean", "env/reward_min", "env/reward_max", "*/q_mean"),
     threshold="every raw reward ≥ 0 but the value (or Q) mean < 0 on most rows after warm-up, "
     "by more than 5% of its magnitude (or the mirror case)",
@@ -632,12 +633,12 @@ def value_sign(d: RunData):
     )
 
 
-# --- row 8: observation scale ----------------------------------------------------------------
+# --- entry 8: observation scale -------------------------------------------------------------------
 
 
 @rule(
     "obs-scale",
-    row="8",
+    entry="8",
     reads=("env/obs_absmean_max", "env/obs_std_max"),
     threshold="median over rows of the largest raw per-dimension |mean| or std > 5 (H), without "
     "observation normalization",
@@ -678,12 +679,12 @@ def obs_scale(d: RunData):
     )
 
 
-# --- row 9: reward normalizer ----------------------------------------------------------------
+# --- entry 9: reward normalizer -------------------------------------------------------------------
 
 
 @rule(
     "reward-normalizer",
-    row="9",
+    entry="9",
     reads=("env/reward_scale", "config scale_reward"),
     threshold="the run scaled rewards and backflip's RewardScaler fails the audit (it must "
     "never shift, and must restart its return accumulator at every episode end)",
@@ -710,12 +711,12 @@ def reward_normalizer(d: RunData):
     )
 
 
-# --- row 10: episode length ------------------------------------------------------------------
+# --- entry 10: episode length ---------------------------------------------------------------------
 
 
 @rule(
     "ep-len-collapse",
-    row="10",
+    entry="10",
     reads=("rollout/ep_len_mean", "rollout/ep_len_min", "rollout/ep_return_mean", TRUE_READ),
     threshold="late mean length < 0.6× early and within 25% of the shortest episode seen, "
     "while the return does not improve",
@@ -753,7 +754,7 @@ def ep_len_collapse(d: RunData):
 
 @rule(
     "ep-len-constant",
-    row="10",
+    entry="10",
     reads=("rollout/ep_len_min", "rollout/ep_len_max"),
     threshold="every episode has the same length",
     cause="a fixed horizon (fine when the task is built so, e.g. Pendulum's 200 steps), or an "
@@ -788,7 +789,7 @@ def ep_len_constant(d: RunData):
 
 @rule(
     "losing-slower",
-    row="10",
+    entry="10",
     reads=("rollout/ep_len_mean", "rollout/ep_return_mean", TRUE_READ),
     threshold="return not improving while mean episode length grows > 1.5×",
     cause="the agent learns to postpone the end ('losing slower') rather than to win",
@@ -814,12 +815,12 @@ def losing_slower(d: RunData):
     )
 
 
-# --- row 11: return vs the random policy ------------------------------------------------------
+# --- entry 11: return vs the random policy --------------------------------------------------------
 
 
 @rule(
     "never-better",
-    row="11",
+    entry="11",
     reads=("rollout/ep_return_max", "rollout/ep_return_mean", "episodes", TRUE_READ),
     threshold="the return does not improve, and after the first 15% of training no window "
     "beats the best of the first 15% by more than noise (per-episode data: the late 90th "
@@ -866,7 +867,7 @@ def never_better(d: RunData):
     )
 
 
-# --- row 12: throughput ----------------------------------------------------------------------
+# --- entry 12: throughput -------------------------------------------------------------------------
 
 
 def _throughput(d: RunData, name: str):
@@ -900,7 +901,7 @@ def _decline(steps, v) -> dict | None:
 
 @rule(
     "throughput-decline",
-    row="12",
+    entry="12",
     reads=("time/sps_cpu", "time/sps", "sys/load_avg"),
     threshold="steady decline: medians of five consecutive segments never rise by > 15%, and "
     "the last is < 0.7× the first with Spearman ρ(step, steps/s) < −0.8, or < 0.5× with "
@@ -961,12 +962,12 @@ def throughput_decline(d: RunData):
     return None
 
 
-# --- row 13: memory --------------------------------------------------------------------------
+# --- entry 13: memory -----------------------------------------------------------------------------
 
 
 @rule(
     "memory-growth",
-    row="13",
+    entry="13",
     reads=("sys/rss_mb",),
     threshold="after warm-up RSS grows by > 100 MiB and > 25% with Spearman ρ > 0.8",
     cause="a leak (tensors kept with their graphs, lists of episodes) or a replay buffer "
@@ -996,12 +997,12 @@ def memory_growth(d: RunData):
     )
 
 
-# --- row 14: update size and gradients ---------------------------------------------------------
+# --- entry 14: update size and gradients ----------------------------------------------------------
 
 
 @rule(
     "update-size",
-    row="14",
+    entry="14",
     reads=("train/update_ratio", "train/lr"),
     threshold="median ‖Δθ‖/‖θ‖ per update after warm-up < 1e-5 or > 0.5 (rows where the "
     "annealed learning rate is < 10% of its peak are skipped); Jones: ~1e-3 per optimizer step",
@@ -1036,7 +1037,7 @@ def update_size(d: RunData):
 
 @rule(
     "grad-spike",
-    row="14",
+    entry="14",
     reads=("train/grad_norm",),
     threshold="a gradient norm > 100× the median of the 10 rows before it: info once, warning "
     "from 3 such spikes (healthy PPO runs showed single spikes of 40×)",
@@ -1068,12 +1069,12 @@ def grad_spike(d: RunData):
     )
 
 
-# --- row 15: Q values --------------------------------------------------------------------------
+# --- entry 15: Q values ---------------------------------------------------------------------------
 
 
 @rule(
     "q-divergence",
-    row="15",
+    entry="15",
     reads=("*/q_mean", "*/q_max", "env/reward_*", "rollout/ep_return_max", "config gamma"),
     threshold="Q after warm-up above the largest achievable discounted return (max|r|/(1−γ), "
     "else the best episode return) by 2×: warning; growing > 10× over the second half while "
@@ -1118,12 +1119,12 @@ def q_divergence(d: RunData):
     )
 
 
-# --- row 16: exploration ---------------------------------------------------------------------
+# --- entry 16: exploration ------------------------------------------------------------------------
 
 
 @rule(
     "epsilon-stuck",
-    row="16",
+    entry="16",
     reads=("*/epsilon", "rollout/exploration_rate"),
     threshold="ε starts ≥ 0.5 and never decreases over ≥ 10 rows",
     cause="the exploration schedule is not applied (wrong step counter, a fraction of 0 steps, "
@@ -1149,7 +1150,7 @@ def epsilon_stuck(d: RunData):
 
 @rule(
     "alpha-collapse",
-    row="16",
+    entry="16",
     reads=("*/alpha", "train/ent_coef"),
     threshold="SAC's temperature α < 1e-3× its first value within the first 20% of training",
     cause="automatic entropy tuning with a target entropy too low, or a sign error in the α loss",
@@ -1179,7 +1180,7 @@ def alpha_collapse(d: RunData):
 
 @rule(
     "action-saturation",
-    row="16",
+    entry="16",
     reads=("env/action_clip_frac", "*/action_*_frac"),
     threshold="median fraction of actions at/beyond the bounds > 0.8 after warm-up",
     cause="the policy pushes against the action bounds: an unbounded Gaussian mean, a tanh "
@@ -1206,7 +1207,7 @@ def action_saturation(d: RunData):
 
 @rule(
     "discount-horizon",
-    row="16b",
+    entry="16b",
     reads=("config gamma", "rollout/ep_len_mean", "env render_fps"),
     threshold="1/(1−γ) more than 20× the longest episode, or less than 1% of the median "
     "episode length",
@@ -1289,7 +1290,7 @@ def _starved(d: RunData, name: str):
 
 @rule(
     "prefs-starved",
-    row="19",
+    entry="19",
     reads=("prefs/labels_per_s", "prefs/segments_per_s", "prefs/label_debt"),
     threshold="labels/s or segments/s was positive, then 0 on ≥ 3 rows spanning ≥ 10% of "
     "training while training went on (for labels: only while labels are owed, "
@@ -1323,7 +1324,7 @@ def prefs_starved(d: RunData):
 
 @rule(
     "reward-model-fit",
-    row="20",
+    entry="20",
     reads=("reward_model/val_train_loss_ratio",),
     threshold="median validation/training loss ratio over the second half outside 1.1–1.5",
     cause="> 1.5: the reward model overfits its labels (too little regularization); < 1.1: "
@@ -1353,7 +1354,7 @@ def reward_model_fit(d: RunData):
 
 @rule(
     "reward-model-corr",
-    row="20",
+    entry="20",
     reads=("reward_model/return_corr",),
     threshold="correlation between predicted and true episode return < 0.5 over the last "
     "quarter, or fallen by > 0.3 from its best",
@@ -1385,7 +1386,7 @@ def reward_model_corr(d: RunData):
 
 @rule(
     "reward-model-gamed",
-    row="20",
+    entry="20",
     reads=("rollout/ep_return_mean", "episodes", TRUE_RETURN, EVAL_RETURN),
     threshold="preference runs: the learned-reward return improves (the test of 'did the "
     "return improve?' above, on rollout/ep_return_* or episodes.csv) while the true return "
@@ -1421,7 +1422,7 @@ def reward_model_gamed(d: RunData):
 
 @rule(
     "stale-replay-rewards",
-    row="20",
+    entry="20",
     reads=("prefs/replay_reward_lag",),
     threshold="an off-policy learner on a learned reward whose replay buffer's rewards were "
     "≥ 2 reward-model versions behind the newest model on ≥ 3 rows",

@@ -1,4 +1,4 @@
-"""Seed-level rules (catalog row 17): the seeds of one configuration, side by side.
+"""Seed-level rules (catalog entry 17): the seeds of one configuration, side by side.
 
 Rahtz's tuned settings worked on one seed in three; Henderson et al. (2017) show two groups of
 five seeds of the same code can look "significantly" different. Scores are normalized from the
@@ -51,7 +51,7 @@ def seed_rule(id, **kw):
 
 @seed_rule(
     "seed-success",
-    row="17",
+    entry="17",
     reads=(
         "eval/return_mean (final)",
         "rollout/ep_return_mean",
@@ -102,7 +102,7 @@ def seed_success(s: SeedSet):
 
 @seed_rule(
     "seed-bimodal",
-    row="17",
+    entry="17",
     reads=("final returns of ≥ 3 seeds",),
     threshold="normalized final scores split by a gap ≥ 0.5 with each group's spread < half "
     "the gap",
@@ -137,7 +137,7 @@ def seed_bimodal(s: SeedSet):
 
 @seed_rule(
     "seed-spread",
-    row="17",
+    entry="17",
     reads=("final returns of ≥ 3 seeds",),
     threshold="standard deviation of normalized final scores > 0.25 (not bimodal)",
     cause="high seed variance: results depend on luck as much as on the method",

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats as sps
 
 from backflip.returns import EVAL_RETURN, LEARNED_NOTE, TRAINING_RETURN, TRUE_RETURN
+from backflip.runs.layout import EPISODES
 
 Series = tuple[np.ndarray, np.ndarray]  # (steps, values)
 
@@ -285,7 +286,7 @@ def progress(d: RunData, returns: Returns | None = None) -> Progress | None:
             "episodes",
             int(steps[-1]),
             r.name,
-            "episodes.csv",
+            EPISODES,
         )
     s = d.get(r.mean)
     if s is None:

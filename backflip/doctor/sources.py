@@ -43,6 +43,7 @@ import numpy as np
 from backflip.doctor.series import RunData
 from backflip.errors import UserError
 from backflip.returns import is_preference_run
+from backflip.runs.layout import EPISODES, METRICS, RUN_JSON, STATUS
 
 SB3 = {
     "rollout/ep_rew_mean": "rollout/ep_return_mean",
@@ -113,7 +114,7 @@ def load_seed(folder: Path, config: dict | None = None, label: str | None = None
     from backflip.runs.archive import read_json
     from backflip.telemetry import read_episodes, read_metrics
 
-    metrics_path = folder / "metrics.csv"
+    metrics_path = folder / METRICS
     if not metrics_path.exists():
         raise UserError(f"no metrics.csv in {folder}")
     try:
@@ -121,13 +122,13 @@ def load_seed(folder: Path, config: dict | None = None, label: str | None = None
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read {metrics_path}: {e}") from None
     episodes = None
-    if (folder / "episodes.csv").exists():
-        steps, rets, lens = read_episodes(folder / "episodes.csv")
+    if (folder / EPISODES).exists():
+        steps, rets, lens = read_episodes(folder / EPISODES)
         episodes = (steps, rets, lens) if len(steps) else None
     status = {}
-    if (folder / "status.json").exists():
+    if (folder / STATUS).exists():
         try:
-            status = read_json(folder / "status.json")
+            status = read_json(folder / STATUS)
         except UserError:
             status = {}
     config = config or {}
@@ -149,14 +150,14 @@ def load_seed(folder: Path, config: dict | None = None, label: str | None = None
 def load_run(run_dir: Path, label_prefix: str = "") -> tuple[dict, list[RunData], list]:
     """(run record, one RunData per seed with metrics, final eval return per seed)."""
     from backflip.runs.archive import load_run as load_record
-    from backflip.runs.archive import seed_dir
+    from backflip.runs.layout import seed_dir
 
     record = load_record(run_dir)
     config = record.get("config", {})
     runs, finals = [], []
     for st in record.get("seeds", []):
         folder = seed_dir(run_dir, st["seed"])
-        if not (folder / "metrics.csv").exists():
+        if not (folder / METRICS).exists():
             continue
         runs.append(load_seed(folder, config, f"{label_prefix}seed {st['seed']}"))
         finals.append(st.get("final_eval_return"))
@@ -322,7 +323,7 @@ def tail_score(d: RunData) -> float | None:
 
 def resolve_target(target: str, home: Path) -> Target:
     """A run id, a run directory, a seed directory, a TensorBoard logdir or a folder of runs."""
-    from backflip.runs.archive import resolve_run
+    from backflip.runs.index import resolve_run
 
     path = Path(target).expanduser()
     if not path.exists():
@@ -331,15 +332,15 @@ def resolve_target(target: str, home: Path) -> Target:
         run_dir = resolve_run(home, target)  # a run id (raises a clear UserError)
         return _backflip_run(target, run_dir)
     if path.is_file():
-        if path.name.startswith("events.out.tfevents") or path.name == "metrics.csv":
+        if path.name.startswith("events.out.tfevents") or path.name == METRICS:
             path = path.parent
         else:
             raise UserError(
                 f"doctor: {path} is a file; give a run directory, a TensorBoard logdir or a run id"
             )
-    if (path / "run.json").exists():
+    if (path / RUN_JSON).exists():
         return _backflip_run(target, path)
-    if (path / "metrics.csv").exists():
+    if (path / METRICS).exists():
         d = load_seed(path, _config_above(path))
         return Target(target, "seed", [d], [d.status.get("final_eval_return")], d.env_id)
     runs_below = sorted(p.parent for p in path.glob("*/run.json"))
@@ -388,7 +389,7 @@ def _config_above(folder: Path) -> dict:
     from backflip.runs.archive import read_record
 
     for parent in (folder.parent.parent, folder.parent):
-        if (parent / "run.json").exists():
+        if (parent / RUN_JSON).exists():
             try:
                 return read_record(parent).get("config", {})
             except UserError:

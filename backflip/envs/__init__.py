@@ -47,7 +47,7 @@ def _maybe_register_ale(env_id: str) -> None:
     if env_id in gym.registry:
         return
     try:
-        import ale_py
+        import ale_py  # the `atari` extra, and slow to import: only for an unknown id
 
         gym.register_envs(ale_py)
     except ImportError:
@@ -176,8 +176,8 @@ def make_vec(
     """`num_envs` copies stepping in lockstep (NEXT_STEP autoreset); `evaluation` as `make_env`.
 
     Uses the env's own vectorized implementation when it has one, no option wrapper is active
-    and there are several copies (Gymnasium's CartPoleVectorEnv is ~2x faster than SyncVectorEnv
-    for 8 copies, but ~2x slower for one: 40 vs 20 us per step); for Atari training envs,
+    and there are several copies (Gymnasium's CartPoleVectorEnv is faster than SyncVectorEnv for
+    8 copies, but slower for one); for Atari training envs,
     ale-py's vector env (`atari.vector_env`; `env.atari_vector=false` turns it off); else
     SyncVectorEnv.
     """

@@ -20,6 +20,9 @@ further frames.
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
+
 import gymnasium as gym
 import numpy as np
 
@@ -120,9 +123,7 @@ def vector_env(spec: gym.envs.registration.EnvSpec, num_envs: int, opts) -> gym.
     the step after a lost life is a real step (Gymnasium's wrapper takes a no-op there, and the
     algorithms mask that step out either way), and its own random streams.
     """
-    import os
-
-    from ale_py.vector_env import AtariVectorEnv
+    from ale_py.vector_env import AtariVectorEnv  # the `atari` extra: only for Atari envs
 
     kw = spec.kwargs
     threads = min(num_envs, len(os.sched_getaffinity(0)), 2)
@@ -152,8 +153,6 @@ def vector_env_fits(spec: gym.envs.registration.EnvSpec, opts) -> bool:
     """Can `vector_env` stand in for `wrap` in SyncVectorEnv: an ALE id without sticky actions
     or emulator frame skip, with no `env.*` option but the Atari ones, and ale-py's vector env
     installed?"""
-    from dataclasses import replace
-
     kw = spec.kwargs
     if not (is_ale(spec) and opts.atari and opts.atari_vector and "game" in kw):
         return False
@@ -164,7 +163,7 @@ def vector_env_fits(spec: gym.envs.registration.EnvSpec, opts) -> bool:
     if plain != type(opts)():
         return False
     try:
-        import ale_py.vector_env  # noqa: F401
+        import ale_py.vector_env  # noqa: F401 — the `atari` extra may be missing
     except ImportError:
         return False
     return True

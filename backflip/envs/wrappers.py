@@ -7,6 +7,8 @@ import time
 import gymnasium as gym
 import numpy as np
 
+from backflip.errors import NonFiniteError
+
 
 class ScaleReward(gym.RewardWrapper):
     """r -> scale * r (fault injection for the reward-scale diagnostics)."""
@@ -141,7 +143,6 @@ class FiniteObservations(gym.vector.VectorWrapper):
     def _check(self, obs, when: str) -> None:
         if np.isfinite(obs).all():
             return
-        from backflip.errors import NonFiniteError
 
         a = np.asarray(obs)
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])

@@ -259,7 +259,8 @@ def policy_reward(model: RewardModel, reward_input: str, obs, actions, next_obs)
 def seed_files(run_dir: str | Path, seed: int) -> Path:
     """The seed folder of `run_dir` holding prefs.sqlite / reward_model.pt (same seed, else the
     run's first seed)."""
-    from backflip.runs.archive import read_record, seed_dir
+    from backflip.runs.archive import read_record
+    from backflip.runs.layout import seed_dir
 
     run_dir = Path(run_dir)
     folder = seed_dir(run_dir, seed)

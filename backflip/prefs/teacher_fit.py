@@ -341,7 +341,7 @@ def teacher_params(teacher: Teacher) -> dict:
 
 def fit_run(run_dir: Path, seeds: list[int], gamma: bool = True) -> list[dict]:
     """One fit per labeler over these seeds of a preference run (people first, by name)."""
-    from backflip.runs.archive import seed_dir
+    from backflip.runs.layout import seed_dir
 
     paths = [seed_dir(run_dir, s) / "prefs.sqlite" for s in seeds]
     groups = collect([p for p in paths if p.exists()])

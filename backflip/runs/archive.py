@@ -1,21 +1,8 @@
 """The run archive: one directory per run, the source of truth; `index.sqlite` is a cache of it.
 
-    <home>/
-      index.sqlite
-      <run id>/
-        run.json                 id, argv, message, resolved config, status, results, provenance
-        run.json.bak             the last good copy of run.json (restored from if run.json breaks)
-        code.patch               uncommitted changes of the repo the run was launched from
-        backflip.patch           ... of backflip itself, when it is a separate checkout
-        packages.txt             every installed package, pinned
-        findings.json            the doctor's findings (when it has run)
-        seeds/<seed>/
-          status.json            status, steps, steps/s, final evaluation, error and traceback
-          stdout.log stderr.log  everything the seed's process printed
-          metrics.csv            long table: step, wall, name, value (docs/metrics.md)
-          episodes.csv           every finished training episode: step, return, length
-          tb/                    TensorBoard event files
-          checkpoints/           step_<n>.pt (periodic), final.pt
+The names of a run's files and folders are `backflip/runs/layout.py`'s; this module reads and
+writes them. Creating a run and recording its outcome is `records.py`; finding a run from what a
+user typed, and keeping the index in step, is `index.py`.
 
 Every JSON file is written atomically (temp file + rename), so a crash never leaves half a file,
 and through `backflip.jsonout`, so it is strict JSON (null, never NaN).
@@ -32,11 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
-import re
-import secrets
-import shutil
 import socket
 import sqlite3
 import sys
@@ -44,12 +29,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from backflip import jsonout
+from backflip import jsonout, stats
 from backflip.errors import UserError
+from backflip.runs.layout import BACKUP, INDEX, LOCK, RUN_ID, RUN_JSON, SEEDS, STATUS, seed_dir
+from backflip.telemetry import last_logged
 
 STATUSES = ("running", "finished", "failed", "interrupted")
-RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
-BACKUP = "run.json.bak"
 
 _said: set[str] = set()
 
@@ -82,11 +67,6 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def new_run_id() -> str:
-    """Sortable and unique across concurrent launches: 20261122-074502-3f9a."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
-
-
 # Bytes reserved in each status file and run.json (JSON may end in spaces): when the disk is
 # full, the final outcome is rewritten in place into blocks the file already holds.
 STATUS_RESERVE = 4096
@@ -108,7 +88,7 @@ def write_json(path: Path, data, reserve: int | None = None) -> None:
     text = jsonout.dumps(data, indent=2).encode()
     if reserve is None:
         reserve = 0
-        if path.name in ("run.json", "status.json"):
+        if path.name in (RUN_JSON, STATUS):
             try:
                 reserve = path.stat().st_size
             except OSError:
@@ -153,7 +133,7 @@ def read_json(path: Path) -> dict:
 
 def is_run_dir(path: Path) -> bool:
     """Holds a run record: run.json, or at least its backup (run.json is restored from it)."""
-    return (path / "run.json").exists() or (path / BACKUP).exists()
+    return (path / RUN_JSON).exists() or (path / BACKUP).exists()
 
 
 def run_dirs(home: Path) -> list[Path]:
@@ -175,30 +155,6 @@ def broken_run_dirs(home: Path, min_age_s: float = 60.0) -> list[Path]:
                 if now - p.stat().st_mtime >= min_age_s:
                     out.append(p)
     return sorted(out)
-
-
-def resolve_run(home: Path, ref: str) -> Path:
-    """A run directory from an id, a unique id prefix, `last`, or a path to a run directory.
-    Every command that names a run comes here: the archive's index is checked on the way."""
-    heal_index(home)
-    p = Path(ref)
-    if is_run_dir(p):
-        return p
-    if not home.is_dir():
-        raise UserError(f"no archive at {home} (set --home or BACKFLIP_HOME)")
-    if ref in ("last", "latest"):
-        dirs = run_dirs(home)
-        if not dirs:
-            raise UserError(f"no runs in {home}")
-        return dirs[-1]
-    if is_run_dir(home / ref):
-        return home / ref
-    matches = [d for d in run_dirs(home) if d.name.startswith(ref) or d.name.endswith(ref)]
-    if len(matches) == 1:
-        return matches[0]
-    if len(matches) > 1:
-        raise UserError(f"run id {ref!r} is ambiguous: {', '.join(d.name for d in matches[:5])}")
-    raise UserError(f"no run {ref!r} in {home} (see `backflip runs`)")
 
 
 class Damaged(Exception):
@@ -229,9 +185,7 @@ def _parse_record(path: Path) -> dict:
 
 def _record_from_index(run_dir: Path) -> dict:
     """The run's record as the index last stored it (without its provenance), read-only."""
-    import sqlite3
-
-    path = run_dir.parent / "index.sqlite"
+    path = run_dir.parent / INDEX
     if not path.exists():
         raise Damaged("no index")
     try:
@@ -260,7 +214,7 @@ def read_record(run_dir: Path) -> dict:
     run and what is wrong."""
     run_dir = Path(run_dir)
     try:
-        return _parse_record(run_dir / "run.json")
+        return _parse_record(run_dir / RUN_JSON)
     except Damaged as e:
         why = str(e)
     for source, get in (
@@ -273,7 +227,7 @@ def read_record(run_dir: Path) -> dict:
             continue
         try:
             with run_lock(run_dir):
-                write_json(run_dir / "run.json", record)
+                write_json(run_dir / RUN_JSON, record)
                 if source != BACKUP:
                     write_json(run_dir / BACKUP, record)
         except OSError:
@@ -291,7 +245,7 @@ def write_record(run_dir: Path, record: dict, reserve: int | None = None) -> Non
     """run.json and its backup, each atomically (the backup is the last good copy);
     `reserve` as for `write_json`."""
     record = {k: v for k, v in record.items() if k not in ("seeds", "dir", "findings")}
-    write_json(Path(run_dir) / "run.json", record, reserve=reserve)
+    write_json(Path(run_dir) / RUN_JSON, record, reserve=reserve)
     try:
         write_json(Path(run_dir) / BACKUP, record)
     except OSError as e:  # a full disk: run.json has the record; a stale backup must not stay
@@ -305,14 +259,12 @@ def run_lock(run_dir: Path):
     """An exclusive lock on one run's record (read-modify-write of run.json by the launcher,
     `resume` and the repairs of `heal`), reentrant within a process; no lock when the archive
     is read-only."""
-    import fcntl
-
     key = os.path.realpath(run_dir)
     if key in _locked:  # already held by this process (a repair inside a repair)
         yield
         return
     try:
-        fd = os.open(Path(run_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(Path(run_dir) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         yield
         return
@@ -328,19 +280,6 @@ def run_lock(run_dir: Path):
 _locked: set[str] = set()
 
 
-def heal_index(home: Path) -> None:
-    """Rebuild or refresh `index.sqlite` if it is missing, unreadable or stale (`index.ensure`);
-    a repair that cannot be written (a read-only archive) is said, never fatal."""
-    import sqlite3
-
-    from backflip.runs import index
-
-    try:
-        index.ensure(home)
-    except (UserError, sqlite3.Error, OSError) as e:
-        notice(f"{home / 'index.sqlite'} is out of date and could not be repaired: {e}")
-
-
 def load_run(run_dir: Path) -> dict:
     """run.json with each seed's status.json merged in as `seeds` (a list of dicts), healed
     (`heal`): what a command shows is what the seeds justify."""
@@ -351,15 +290,11 @@ def load_run(run_dir: Path) -> dict:
     return heal(run_dir, record)
 
 
-def seed_dir(run_dir: Path, seed: int) -> Path:
-    return run_dir / "seeds" / str(seed)
-
-
 def seed_status(run_dir: Path, seed: int) -> dict:
     folder = seed_dir(run_dir, seed)
-    path = folder / "status.json"
+    path = folder / STATUS
     if not path.exists():
-        if not folder.is_dir() and (run_dir / "seeds").is_dir():
+        if not folder.is_dir() and (run_dir / SEEDS).is_dir():
             return {"seed": seed, "status": "missing", "error": f"its folder seeds/{seed} is gone"}
         return {"seed": seed, "status": "pending"}
     try:
@@ -511,8 +446,6 @@ def close_dead_seed(run_dir: Path, status: dict, why: str | None = None) -> dict
     status.json: `failed` (with the steps and wall time its metrics.csv shows) for a seed that
     was training, `interrupted` for one that never started. Any other status is returned as is.
     """
-    from backflip.telemetry import last_logged
-
     seed = status["seed"]
     folder = seed_dir(run_dir, seed)
     if status.get("status") == "pending":
@@ -538,70 +471,8 @@ def close_dead_seed(run_dir: Path, status: dict, why: str | None = None) -> dict
         status.update(status="failed", ended=now_iso())
     else:
         return status
-    write_json(folder / "status.json", status)
+    write_json(folder / STATUS, status)
     return status
-
-
-# --- creating and closing runs ------------------------------------------------------------------
-
-
-def create_run(
-    home: Path,
-    config: dict,
-    argv: list[str],
-    message: str = "",
-    rerun_of: str | None = None,
-    tags: list[str] | None = None,
-    extra: dict | None = None,
-) -> tuple[Path, dict]:
-    """Make the run directory, capture provenance, write run.json and index it.
-
-    `extra` adds keys to run.json (e.g. `backend`: where the seeds run). If any of it fails
-    (a full disk), the directory is removed: no half-made run is left behind."""
-    for _ in range(100):
-        run_id = new_run_id()
-        run_dir = home / run_id
-        try:
-            run_dir.mkdir(parents=True)
-            break
-        except FileExistsError:
-            continue
-    try:
-        return _populate(home, run_dir, run_id, config, argv, message, rerun_of, tags, extra)
-    except BaseException:  # a full disk, say: no half-made run is left behind
-        shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-
-
-def _populate(home, run_dir, run_id, config, argv, message, rerun_of, tags, extra):
-    from backflip.runs import index, provenance
-
-    prov, files = provenance.capture()
-    for name, text in files.items():
-        (run_dir / name).write_text(text)
-    record = {
-        "id": run_id,
-        "created": now_iso(),
-        "status": "running",
-        "argv": list(argv),
-        "cwd": os.getcwd(),
-        "message": message,
-        "algo": config["algo"],
-        "env": config["env_id"],
-        "config": config,
-        "tags": list(tags or []),
-        "rerun_of": rerun_of,
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "provenance": prov,
-        **(extra or {}),
-    }
-    for seed in config["seeds"]:  # now: a folder that disappears later is a deleted seed
-        seed_dir(run_dir, seed).mkdir(parents=True, exist_ok=True)
-    write_record(run_dir, record, reserve=len(jsonout.dumps(record)) + RUN_RESERVE)
-    record["seeds"] = [{"seed": s, "status": "pending"} for s in config["seeds"]]
-    index.upsert(home, record)
-    return run_dir, record
 
 
 def run_status(seed_statuses: list[str]) -> str:
@@ -620,8 +491,6 @@ def run_status(seed_statuses: list[str]) -> str:
 def aggregate(record: dict, seeds: list[dict]) -> dict:
     """Set the run's status and results from its seeds' statuses; only seeds whose folder and
     status.json are intact count in the results."""
-    from backflip import stats
-
     record["status"] = run_status([s.get("status") for s in seeds])
     per_seed = _per_seed(seeds)
     record["results"] = {**stats.summarize(list(per_seed.values())), "per_seed": per_seed}
@@ -637,29 +506,3 @@ def waiting_seeds(record: dict) -> list[dict]:
     if record.get("status") != "running":
         return []
     return [s for s in record.get("seeds", []) if s.get("status") == "waiting"]
-
-
-def finalize_run(home: Path, run_dir: Path, started: float, previous_s: float = 0.0) -> dict:
-    """Aggregate the seeds' outcomes into run.json and the index. `previous_s`: the run's
-    duration before this launch (a resumed run's time adds up)."""
-    from backflip.runs import index
-
-    with run_lock(run_dir):
-        record = read_record(run_dir)
-        seeds = seed_statuses(run_dir, record)
-        aggregate(record, seeds)
-        record["ended"] = now_iso()
-        record["duration_s"] = previous_s + time.time() - started
-        if any(NO_SPACE in str(s.get("error", "")) for s in seeds):
-            record["error"] = NO_SPACE
-        write_record(run_dir, record)
-    record["seeds"] = seeds
-    try:
-        index.upsert(home, record)
-    except (sqlite3.Error, OSError) as e:  # a full disk: the index is a cache of run.json
-        print(
-            f"warning: index.sqlite not updated ({e}); `backflip runs --reindex` rebuilds it",
-            file=sys.stderr,
-        )
-    record["dir"] = str(run_dir)
-    return record

@@ -25,7 +25,15 @@ from pathlib import Path
 
 from backflip import jsonout
 from backflip.errors import UserError
-from backflip.runs.archive import BACKUP, broken_run_dirs, load_run, notice, run_dirs
+from backflip.runs.archive import (
+    broken_run_dirs,
+    is_run_dir,
+    launcher_dead,
+    load_run,
+    notice,
+    run_dirs,
+)
+from backflip.runs.layout import INDEX, RUN_JSON, SEEDS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -52,18 +60,18 @@ def signature(run_dir: Path) -> str:
     folder and of each seed's folder (a seed folder or status.json added, replaced or deleted).
     When it changes, the row is stale."""
     parts = []
-    seeds = run_dir / "seeds"
+    seeds = run_dir / SEEDS
     try:
         folders = sorted(seeds.iterdir()) if seeds.is_dir() else []
     except OSError:
         folders = []
-    for path in (run_dir / "run.json", seeds, *folders):
+    for path in (run_dir / RUN_JSON, seeds, *folders):
         try:
             st = path.stat()
         except OSError:
             parts.append("-")
             continue
-        parts.append(f"{st.st_mtime_ns}:{st.st_size if path.name == 'run.json' else 0}")
+        parts.append(f"{st.st_mtime_ns}:{st.st_size if path.name == RUN_JSON else 0}")
     return "/".join(parts)
 
 
@@ -106,7 +114,7 @@ def connect(home: Path, creating: str | None = None) -> sqlite3.Connection:
     """A connection to the archive's index. A missing index (when the archive holds runs) or an
     unreadable one is rebuilt from the run directories first. `creating`: the id of a run being
     created (the first run of a new archive is no news)."""
-    path = home / "index.sqlite"
+    path = home / INDEX
     if not path.exists():
         others = [d for d in run_dirs(home) if d.name != creating]
         if creating is None:
@@ -205,7 +213,7 @@ def upsert(home: Path, record: dict) -> None:
 
 def _read(run_dir: Path) -> tuple[dict | None, str | None]:
     """(the run's healed record, None), or (None, why it cannot be read)."""
-    if not ((run_dir / "run.json").exists() or (run_dir / BACKUP).exists()):
+    if not is_run_dir(run_dir):
         return None, (
             f"run {run_dir.name} is damaged: no run.json (its launcher died while creating it, "
             "or it was deleted)"
@@ -228,8 +236,8 @@ def _candidates(home: Path) -> dict[str, Path]:
 def rebuild(home: Path, why: str | None = None) -> tuple[int, list[tuple[str, str]]]:
     """Build a new index from the run directories into a temporary file and move it into place
     (atomic: readers see the old index or the new one); (runs indexed, [(run, why damaged)])."""
-    path = home / "index.sqlite"
-    tmp = home / f".index.sqlite.{os.getpid()}.{secrets.token_hex(3)}.tmp"
+    path = home / INDEX
+    tmp = home / f".{INDEX}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
     n, damaged = 0, []
     try:
         con = _open(tmp, wal=False)
@@ -270,7 +278,7 @@ def ensure(home: Path) -> None:
     """Make the index agree with the run directories (module docstring); quiet when it does."""
     if not home.is_dir():
         return
-    if not (home / "index.sqlite").exists():
+    if not (home / INDEX).exists():
         if run_dirs(home):
             rebuild(home, "index.sqlite was missing")
         return
@@ -327,7 +335,7 @@ def ensure(home: Path) -> None:
 
 def damaged(home: Path) -> list[tuple[str, str]]:
     """[(run directory, why it cannot be read)] of the archive, as `ensure` last found them."""
-    if not (home / "index.sqlite").exists():
+    if not (home / INDEX).exists():
         return []
     con = connect(home)
     try:
@@ -346,7 +354,7 @@ def query(
     limit: int | None = None,
 ) -> list[dict]:
     ensure(home)
-    if not (home / "index.sqlite").exists():
+    if not (home / INDEX).exists():
         return []
     where, args = [], []
     for col, val in (("env", env), ("algo", algo)):
@@ -383,8 +391,6 @@ def query(
 def _heal_row(home: Path, row: dict) -> dict | None:
     """The row of a run marked running whose launcher died, as `load_run` (which finalizes it
     from its seeds once none still trains) sees it now."""
-    from backflip.runs.archive import launcher_dead
-
     if not launcher_dead(row):
         return None
     record, _ = _read(home / row["id"])
@@ -424,7 +430,7 @@ def reindex(home: Path) -> tuple[int, list[tuple[str, str]]]:
 def used_seeds(home: Path, env: str) -> dict[int, list[str]]:
     """{seed: [run ids]} of every archived run on `env`, any algorithm (fresh-seed checks)."""
     ensure(home)
-    if not (home / "index.sqlite").exists():
+    if not (home / INDEX).exists():
         return {}
     con = connect(home)
     try:
@@ -439,3 +445,39 @@ def used_seeds(home: Path, env: str) -> dict[int, list[str]]:
     for seed, run_id in rows:
         out.setdefault(int(seed), []).append(run_id)
     return out
+
+
+# --- naming a run ----------------------------------------------------------------------------
+
+
+def heal_index(home: Path) -> None:
+    """Rebuild or refresh `index.sqlite` if it is missing, unreadable or stale (`ensure`);
+    a repair that cannot be written (a read-only archive) is said, never fatal."""
+    try:
+        ensure(home)
+    except (UserError, sqlite3.Error, OSError) as e:
+        notice(f"{home / INDEX} is out of date and could not be repaired: {e}")
+
+
+def resolve_run(home: Path, ref: str) -> Path:
+    """A run directory from an id, a unique id prefix, `last`, or a path to a run directory.
+    Every command that names a run comes here: the archive's index is checked on the way."""
+    heal_index(home)
+    p = Path(ref)
+    if is_run_dir(p):
+        return p
+    if not home.is_dir():
+        raise UserError(f"no archive at {home} (set --home or BACKFLIP_HOME)")
+    if ref in ("last", "latest"):
+        dirs = run_dirs(home)
+        if not dirs:
+            raise UserError(f"no runs in {home}")
+        return dirs[-1]
+    if is_run_dir(home / ref):
+        return home / ref
+    matches = [d for d in run_dirs(home) if d.name.startswith(ref) or d.name.endswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise UserError(f"run id {ref!r} is ambiguous: {', '.join(d.name for d in matches[:5])}")
+    raise UserError(f"no run {ref!r} in {home} (see `backflip runs`)")

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import backflip
+from backflip.runs.layout import BACKFLIP_PATCH, CODE_PATCH, PACKAGES
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -109,10 +110,10 @@ def capture(cwd: Path | None = None) -> tuple[dict, dict[str, str]]:
     bf_root = Path(backflip.__file__).resolve().parent.parent
     own = git_state(bf_root)
     if user:
-        files["code.patch"] = user.pop("patch")
+        files[CODE_PATCH] = user.pop("patch")
         record["git"] = user
     if own and (not user or own["root"] != user["root"]):
-        files["backflip.patch"] = own.pop("patch")
+        files[BACKFLIP_PATCH] = own.pop("patch")
         record["backflip_git"] = own
     record["backflip"] = {
         "version": backflip.__version__,
@@ -131,5 +132,5 @@ def capture(cwd: Path | None = None) -> tuple[dict, dict[str, str]]:
     record["packages"] = {
         k: pk[k] for k in ("torch", "gymnasium", "numpy", "scipy", "backflip") if k in pk
     }
-    files["packages.txt"] = "".join(f"{k}=={v}\n" for k, v in pk.items())
+    files[PACKAGES] = "".join(f"{k}=={v}\n" for k, v in pk.items())
     return record, files

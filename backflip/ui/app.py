@@ -46,6 +46,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
 from backflip.errors import UserError
+from backflip.runs.layout import RUN_JSON
 from backflip.ui import data, label
 from backflip.ui.render import STATIC, TEMPLATES, ServerLinks, index_rows, render
 
@@ -205,7 +206,7 @@ def create_app(
 
     def run_dir(run_id: str) -> Path:
         d = home / run_id
-        if not RUN_ID.match(run_id) or not (d / "run.json").is_file():
+        if not RUN_ID.match(run_id) or not (d / RUN_JSON).is_file():
             abort(404, f"no run {run_id!r} in {home}")
         return d
 
@@ -262,13 +263,13 @@ def create_app(
         dirs: list = []
         for i in ids:
             d = home / i
-            if RUN_ID.match(i) and (d / "run.json").is_file():
+            if RUN_ID.match(i) and (d / RUN_JSON).is_file():
                 dirs.append(d)
             else:
                 error = f"no run {i!r} in {home}"
         for p in request.args.getlist("peer"):
             # another library's logs, read only from inside the archive (no path escapes it)
-            from backflip.compare import is_peer
+            from backflip.experiments.compare import is_peer
 
             rel = p.rsplit("@", 1)[0]
             inside = not Path(rel).is_absolute() and ".." not in Path(rel).parts
@@ -364,7 +365,7 @@ def create_app(
         out = []
         for i in ids:
             d = home / i
-            if RUN_ID.match(i) and (d / "run.json").is_file():
+            if RUN_ID.match(i) and (d / RUN_JSON).is_file():
                 try:
                     out.append(data.run_progress(d))
                 except UserError:
@@ -382,7 +383,9 @@ def create_app(
 
     @app.get("/api/runs/<run_id>/findings")
     def api_findings(run_id):
-        return jsonify(data.findings(run_dir(run_id)))
+        from backflip.doctor.findings import read_findings  # scipy: when asked, not at start
+
+        return jsonify(read_findings(run_dir(run_id)))
 
     app.register_blueprint(label.blueprint(home, page, run_dir), url_prefix="/label")
     _mount_extensions(app, home, page, EXTENSIONS if extensions is None else extensions)

@@ -7,7 +7,6 @@ each seed's `metrics.csv`, so a running seed's step count is as fresh as its las
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -24,7 +23,19 @@ from backflip.returns import (
     is_preference_run,
     training_return,
 )
-from backflip.runs.archive import load_run, read_record, seed_dir, seed_status
+from backflip.runs.archive import load_run, read_record, seed_status
+from backflip.runs.layout import (
+    BACKFLIP_PATCH,
+    CHECKPOINTS,
+    CODE_PATCH,
+    INDEX,
+    METRICS,
+    PACKAGES,
+    STDERR,
+    STDOUT,
+    VIDEOS,
+    seed_dir,
+)
 
 MAX_POINTS = 600  # steps per metric sent to the run page; longer runs are sampled on a grid
 GROUP_ORDER = ("eval", "rollout", "train", "env", "time", "sys")
@@ -121,7 +132,7 @@ def choices(home: Path) -> dict[str, list[str]]:
     from backflip.runs import index
     from backflip.runs.archive import STATUSES
 
-    if not (home / "index.sqlite").exists():
+    if not (home / INDEX).exists():
         return {"env": [], "algo": [], "status": list(STATUSES), "tag": []}
     con = index.connect(home)
     try:
@@ -162,7 +173,7 @@ def seed_progress(run_dir: Path, seed: int, ret_metric: str = TRAINING_RETURN) -
         "error": st.get("error"),
     }
     if out["status"] in ("running", "waiting"):
-        rows = _tail_rows(seed_dir(run_dir, seed) / "metrics.csv")
+        rows = _tail_rows(seed_dir(run_dir, seed) / METRICS)
         step, row = _last_complete(rows)
         out["steps"] = max(step, out["steps"])
         out["sps"] = _finite(row.get("time/sps"))
@@ -203,25 +214,6 @@ def run_progress(run_dir: Path) -> dict:
 # --- one run --------------------------------------------------------------------------------------
 
 
-def findings(run_dir: Path) -> dict | None:
-    """The doctor's `findings.json` ({"target", "findings": [...]}) or None when absent/unreadable.
-
-    Each finding: rule, severity (error/warning/info), metric, step, message, evidence.
-    """
-    path = run_dir / "findings.json"
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        return {"error": f"unreadable findings.json: {e}", "findings": []}
-    items = data.get("findings", []) if isinstance(data, dict) else []
-    order = {"error": 0, "warning": 1, "info": 2}
-    clean = [f for f in items if isinstance(f, dict)]
-    clean.sort(key=lambda f: (order.get(f.get("severity"), 3), str(f.get("metric") or "")))
-    return {"target": data.get("target") if isinstance(data, dict) else None, "findings": clean}
-
-
 def _step_from_name(name: str) -> int | None:
     digits = "".join(c for c in Path(name).stem if c.isdigit())
     return int(digits) if digits else None
@@ -251,6 +243,8 @@ def seed_files(run_dir: Path, seeds: list[int], folder: str, pattern: str) -> li
 
 def run_detail(run_dir: Path) -> dict:
     """Everything the run page shows except the curves (fetched separately, they are bigger)."""
+    # the doctor's package loads its rules (scipy): on a run's page, not at the server's start
+    from backflip.doctor.findings import read_findings
     from backflip.journal import notes_for_run, run_usage
     from backflip.summary import reproduce_command, result_line
 
@@ -269,7 +263,7 @@ def run_detail(run_dir: Path) -> dict:
         checkout = f"git -C {git['root']} checkout {git['commit']}{patch}"
     patches = {
         name: tail_text(run_dir / name, max_lines=2000, max_bytes=400_000)
-        for name in ("code.patch", "backflip.patch")
+        for name in (CODE_PATCH, BACKFLIP_PATCH)
         if (run_dir / name).exists()
     }
     results = record.get("results") or {}
@@ -279,18 +273,18 @@ def run_detail(run_dir: Path) -> dict:
         "result_line": result_line(results) if results else None,
         "checkout": checkout,
         "patches": patches,
-        "packages": tail_text(run_dir / "packages.txt", max_lines=2000, max_bytes=200_000),
+        "packages": tail_text(run_dir / PACKAGES, max_lines=2000, max_bytes=200_000),
         "progress": run_progress(run_dir),
         "logs": {
             s: {
-                "stdout": tail_text(seed_dir(run_dir, s) / "stdout.log"),
-                "stderr": tail_text(seed_dir(run_dir, s) / "stderr.log"),
+                "stdout": tail_text(seed_dir(run_dir, s) / STDOUT),
+                "stderr": tail_text(seed_dir(run_dir, s) / STDERR),
             }
             for s in seeds
         },
-        "findings": findings(run_dir),
-        "videos": seed_files(run_dir, seeds, "videos", "*.mp4"),
-        "checkpoints": seed_files(run_dir, seeds, "checkpoints", "*.pt"),
+        "findings": read_findings(run_dir),
+        "videos": seed_files(run_dir, seeds, VIDEOS, "*.mp4"),
+        "checkpoints": seed_files(run_dir, seeds, CHECKPOINTS, "*.pt"),
         "notes": notes_for_run(run_dir.parent, record["id"]),
         "usage": run_usage(record),
         "labeling": labeling(run_dir, record),
@@ -422,14 +416,14 @@ def run_curves(run_dir: Path, names: list[str] | None = None) -> dict:
 def compare(
     home: Path, run_dirs: list[Path | str], metric: str | None = None, score: str = "auto"
 ) -> dict:
-    """Runs side by side: `backflip compare`'s own report (`backflip.compare.compare_runs`: the
+    """Runs side by side: `backflip compare`'s own report (`experiments.compare.compare_runs`: the
     same scores, intervals, verdicts, fairness notes and curves), plus what the page needs —
     `metrics`, the curves every run can show, and `error` when the asked-for one is not among
     them (the page then shows the default, "return", and says so). A side may be a
     Stable-Baselines3 or CleanRL TensorBoard logdir (`PATH[@ENV]`), as on the command line:
     every side is then scored by its training episodes and only return curves are offered.
     """
-    from backflip.compare import compare_runs, curve_metrics, is_peer
+    from backflip.experiments.compare import compare_runs, curve_metrics, is_peer
 
     runs = [Path(d) for d in run_dirs if not is_peer(str(d))]
     common = curve_metrics(runs) if len(runs) == len(run_dirs) else curve_metrics([])[:1]

@@ -35,7 +35,8 @@ from backflip import jsonout
 from backflip.prefs import frames as frames_mod
 from backflip.prefs.db import CHOICES, PreferenceDB
 from backflip.prefs.people import person_summary
-from backflip.runs.archive import pid_alive, read_record, run_dirs, seed_dir, seed_status
+from backflip.runs.archive import pid_alive, read_record, run_dirs, seed_status
+from backflip.runs.layout import METRICS, seed_dir
 from backflip.summary import status_text
 from backflip.ui.data import last_metrics_row
 
@@ -76,7 +77,7 @@ class SeedLabeling:
         ended = self.ended()
         step = st.get("steps") or 0
         if state == "running":
-            step = last_metrics_row(self.folder / "metrics.csv")[0] or step
+            step = last_metrics_row(self.folder / METRICS)[0] or step
         where = f"step {step:,} of {self.steps_total:,}"
         if gone:
             state, text = "stopped", f"stopped: the trainer's process ({st.get('pid')}) is gone"

@@ -103,7 +103,7 @@ def fmt(x, digits: int = 1) -> str:
 
 def ci(summary: dict) -> str:
     """A summary's IQM interval: "[349.2, 500.0]" or "[no interval: 1 seed]" (`stats.interval`)."""
-    from backflip.compare import interval_of
+    from backflip.experiments.compare import interval_of
 
     return interval_of(summary or {})
 

@@ -18,7 +18,8 @@ import urllib.request
 import pytest
 
 from backflip.prefs.db import PreferenceDB
-from backflip.runs.archive import seed_dir, write_json
+from backflip.runs.archive import write_json
+from backflip.runs.layout import seed_dir
 from tests.conftest import ROOT, cli_env
 from tests.test_prefs import seg
 
@@ -385,7 +386,8 @@ def test_the_progress_line_shows_a_waiting_seed():
 
     from rich.console import Console
 
-    from backflip.launch import Display, SeedJob
+    from backflip.launch.display import Display
+    from backflip.launch.seed import SeedJob
 
     jobs = [SeedJob("/nonexistent", 0, {"steps": 1000})]
     display = Display(jobs, enabled=True)

@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("flask")
 
 from backflip import stats
-from backflip.compare import interval_of
 from backflip.curves import run_metric_curves
+from backflip.experiments.compare import interval_of
 from backflip.journal import read_notes
 from backflip.telemetry import read_metrics
 from tests.ui.support import Server, anchor, backflip

@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from backflip.curves import RETURN, make_grid, on_grid, run_seed_curves
-from backflip.runs.archive import load_run, resolve_run
+from backflip.runs.archive import load_run
+from backflip.runs.index import resolve_run
+from backflip.runs.layout import BACKFLIP_PATCH, CODE_PATCH, METRICS, PACKAGES, seed_dir
 
 NOISY_GROUPS = ("time/", "sys/")  # wall-clock measurements: they always differ
 MAX_DIFF_LINES = 400
@@ -48,7 +50,7 @@ def _read(path: Path) -> str | None:
 
 
 def packages(run_dir: Path) -> dict[str, str]:
-    text = _read(run_dir / "packages.txt") or ""
+    text = _read(run_dir / PACKAGES) or ""
     out = {}
     for line in text.splitlines():
         name, sep, version = line.partition("==")
@@ -82,8 +84,8 @@ def code_changes(ra: dict, rb: dict, da: Path, db: Path) -> list[dict]:
     out = []
     pa, pb = ra.get("provenance", {}), rb.get("provenance", {})
     for key, patch_name, what in (
-        ("git", "code.patch", "launching repository"),
-        ("backflip_git", "backflip.patch", "backflip"),
+        ("git", CODE_PATCH, "launching repository"),
+        ("backflip_git", BACKFLIP_PATCH, "backflip"),
     ):
         ga, gb = pa.get(key) or {}, pb.get(key) or {}
         if not ga and not gb:
@@ -121,11 +123,9 @@ def code_changes(ra: dict, rb: dict, da: Path, db: Path) -> list[dict]:
 
 
 def _metric_names(run_dir: Path, seeds) -> set[str]:
-    from backflip.runs.archive import seed_dir
-
     names: set[str] = set()
     for s in seeds:
-        path = seed_dir(run_dir, s) / "metrics.csv"
+        path = seed_dir(run_dir, s) / METRICS
         if not path.exists():
             continue
         with open(path) as f:

@@ -22,10 +22,16 @@ import itertools
 import typing
 from pathlib import Path
 
+from rich.table import Table
+
 from backflip import stats
-from backflip.config import SECTIONS, RunOptions, resolve
+from backflip.config import SECTIONS, RunOptions, parse_value, resolve
 from backflip.errors import UserError, did_you_mean
-from backflip.runs.archive import new_run_id, write_json
+from backflip.experiments.compare import table_text
+from backflip.plots import sensitivity_figure
+from backflip.runs.archive import write_json
+from backflip.runs.layout import new_run_id
+from backflip.summary import fmt
 
 AUTO_FACTORS = (0.3, 3.0)
 
@@ -63,8 +69,6 @@ def auto_values(key: str, value, tp) -> list:
 
 def parse_vary(text: str, spec, base_flat: dict) -> tuple[str, list, bool]:
     """'lr=1e-4,3e-4' or 'lr=auto' -> (key, values in the setting's type, auto?)."""
-    from backflip.config import parse_value
-
     key, sep, values = text.partition("=")
     key = key.strip()
     if not sep or not key or not values.strip():
@@ -185,6 +189,7 @@ def run_study(
     on_created=None,
 ) -> dict:
     """Launch the default run and every variant in one pool; return the study record."""
+    # torch and the live doctor (scipy) only when runs are launched, not to plan or report
     from backflip.launch import launch_runs
 
     sid = new_run_id()
@@ -250,8 +255,6 @@ def judge(study: dict) -> dict:
 
 
 def save_study(home: Path, study: dict, plot: bool = True, fmt: str = "png") -> dict:
-    from backflip.plots import sensitivity_figure
-
     folder = home / "studies"
     folder.mkdir(exist_ok=True)
     if plot:
@@ -293,10 +296,6 @@ def panels(study: dict) -> dict:
 
 
 def format_study(study: dict) -> str:
-    from rich.table import Table
-
-    from backflip.compare import table_text
-    from backflip.summary import fmt
 
     def ci(s):
         if not s.get("n"):

@@ -39,11 +39,16 @@ import re
 import tomllib
 from pathlib import Path
 
+import yaml
+
 from backflip import stats
-from backflip.config import resolve
+from backflip.algos import get_algo
+from backflip.config import TrainConfig, resolve
+from backflip.envs import check_supported
 from backflip.errors import UserError
 from backflip.runs import index
 from backflip.runs.archive import now_iso, read_json, write_json
+from backflip.summary import fmt
 
 METRICS = ("final_eval_return",)
 KEYS = {"name", "question", "env", "steps", "seeds", "metric", "configs", "comparisons"}
@@ -64,8 +69,6 @@ def load_plan(path: str | Path) -> tuple[dict, str, str]:
         if path.suffix == ".toml":
             plan = tomllib.loads(text)
         else:
-            import yaml
-
             plan = yaml.safe_load(text)
     except Exception as e:  # noqa: BLE001 — yaml and toml raise many types; all mean "bad file"
         raise UserError(f"cannot parse plan {path}: {e}") from None
@@ -189,8 +192,6 @@ def create(home: Path, path: str | Path) -> tuple[dict, str]:
         return old, f"plan {plan['name']} is already frozen (sha256 {digest[:12]})"
     configs = resolve_configs(plan, [0])
     envs = {c.env_id for c in configs.values()}
-    from backflip.algos import get_algo
-    from backflip.envs import check_supported
 
     for c in configs.values():
         check_supported(c.algo, get_algo(c.algo).action_spaces, c.env_id, c.env)
@@ -239,6 +240,7 @@ def edited_note(reg: dict) -> str | None:
 
 def run(home: Path, path: str | Path, workers=None, progress=True, backend="local", address=None):
     """Run a frozen plan (or return its existing report); (registration, report text)."""
+    # torch and the live doctor (scipy) only when runs are launched, not to plan or report
     from backflip.launch import launch_runs
 
     path = Path(path)
@@ -260,7 +262,6 @@ def run(home: Path, path: str | Path, workers=None, progress=True, backend="loca
         )
     if reg.get("runs"):
         return reg, format_report(reg) + "\n(this plan already ran; nothing was run again)"
-    from backflip.config import TrainConfig
 
     names = list(reg["configs"])
     cfgs = [TrainConfig.from_dict(reg["configs"][n]) for n in names]
@@ -369,8 +370,6 @@ def seeds_used_elsewhere(home: Path, reg: dict) -> dict:
 
 
 def format_report(reg: dict) -> str:
-    from backflip.summary import fmt
-
     plan, rep = reg["plan"], reg["report"]
     lines = [
         f"# plan {plan['name']} — sha256 {reg['hash']}",

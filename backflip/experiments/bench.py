@@ -25,9 +25,16 @@ import re
 import time
 from pathlib import Path
 
+import backflip
 from backflip import stats
+from backflip.algos import ALGOS, get_algo
+from backflip.config import resolve
+from backflip.envs import check_supported
 from backflip.errors import UserError
-from backflip.runs.archive import new_run_id, read_json, write_json
+from backflip.runs.archive import read_json, write_json
+from backflip.runs.layout import new_run_id
+from backflip.runs.provenance import git_state
+from backflip.summary import fmt
 
 SEEDS = 5
 QUICK_FRACTION = 10
@@ -36,8 +43,6 @@ REGRESSION_POI = 0.75
 
 def reference_pairs(only: list[str] | None = None) -> list[tuple[str, str, int]]:
     """[(algo, env, steps)] for every registered algorithm, filtered by `only` (algo[:env])."""
-    from backflip.algos import ALGOS, get_algo
-
     pairs = []
     for name in ALGOS:
         spec = get_algo(name)
@@ -110,11 +115,8 @@ def run_battery(
     backend="local",
     address=None,
 ) -> dict:
-    from backflip.algos import get_algo
-    from backflip.config import resolve
-    from backflip.envs import check_supported
+    # torch and the live doctor (scipy) only when runs are launched, not to plan or report
     from backflip.launch import launch_runs
-    from backflip.runs.provenance import git_state
 
     mode = "quick" if quick else "full"
     pairs = reference_pairs(only)
@@ -152,7 +154,6 @@ def run_battery(
         backend=backend,
         address=address,
     )
-    import backflip
 
     code = git_state(Path(backflip.__file__).resolve().parent) or {}
     battery = {
@@ -279,8 +280,6 @@ def _find(battery: dict, entry: dict) -> dict | None:
 
 
 def markdown_table(battery: dict) -> str:
-    from backflip.summary import fmt
-
     def ci(s):
         if not s or not s.get("n"):
             return "-"

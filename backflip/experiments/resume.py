@@ -20,32 +20,27 @@ import socket
 import time
 from pathlib import Path
 
+import torch
+
+from backflip.config import TrainConfig
+from backflip.envs import why_no_snapshot
 from backflip.errors import UserError
-from backflip.launch import SeedJob
-from backflip.runs.archive import (
-    finalize_run,
-    load_run,
-    now_iso,
-    pid_alive,
-    read_record,
-    run_lock,
-    seed_dir,
-    write_record,
-)
+from backflip.launch import diagnose_finished, run_jobs
+from backflip.launch.seed import SeedJob
+from backflip.runs import index
+from backflip.runs.archive import load_run, now_iso, pid_alive, read_record, run_lock, write_record
+from backflip.runs.layout import CHECKPOINTS, FINAL_CHECKPOINT, checkpoint_step, seed_dir
+from backflip.runs.records import finalize_run
 
 
 def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
     """The checkpoint with the highest step in a seed's folder: (path, step), or None."""
-    import torch
-
     found = []
-    for path in (folder / "checkpoints").glob("*.pt"):
-        if path.name.startswith("step_"):
-            try:
-                found.append((int(path.stem.split("_")[1]), path))
-            except ValueError:
-                continue
-        elif path.name == "final.pt":
+    for path in (folder / CHECKPOINTS).glob("*.pt"):
+        step = checkpoint_step(path.name)
+        if step is not None:
+            found.append((step, path))
+        elif path.name == FINAL_CHECKPOINT:
             try:
                 step = torch.load(path, map_location="cpu", weights_only=False)["step"]
             except Exception:  # noqa: BLE001 — a torn or foreign file is not a checkpoint
@@ -53,7 +48,7 @@ def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
             found.append((int(step), path))
     if not found:
         return None
-    step, path = max(found, key=lambda t: (t[0], t[1].name == "final.pt"))
+    step, path = max(found, key=lambda t: (t[0], t[1].name == FINAL_CHECKPOINT))
     return path, step
 
 
@@ -92,8 +87,6 @@ def not_exact(record: dict, plan: dict[int, int | None]) -> list[str]:
     checkpoints, one sentence each (empty: nothing; a seed that starts over is exact)."""
     if all(step is None for step in plan.values()):
         return []
-    from backflip.config import TrainConfig
-    from backflip.envs import why_no_snapshot
 
     cfg = TrainConfig.from_dict(record["config"])
     notes = []
@@ -129,9 +122,6 @@ def resume_run(
     """Resume every unfinished seed of a run in parallel; the updated record. `on_plan(record,
     plan, notes)` hears, before any seed starts, where each seed resumes and what will differ
     from an uninterrupted run (`not_exact`)."""
-    from backflip.launch import run_jobs
-    from backflip.runs import index
-
     record, jobs, plan = resume_jobs(run_dir)
     if not jobs:
         raise UserError(f"run {record['id']} has no unfinished seed: nothing to resume")
@@ -161,7 +151,5 @@ def resume_run(
     finally:
         final = finalize_run(home, run_dir, started, previous_duration)
     # what the run's summary says is refreshed with it: the doctor reads the resumed seeds
-    from backflip.launch import diagnose_finished
-
     final["findings"] = diagnose_finished(run_dir)
     return final

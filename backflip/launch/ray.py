@@ -1,10 +1,10 @@
 """Seeds as Ray tasks: `--backend ray [--address ADDR]` (optional extra: `pip install backflip[ray]`).
 
-Each seed job becomes one Ray task (`num_cpus=1`) that calls the same `launch.run_seed` as a
+Each seed job becomes one Ray task (`num_cpus=1`) that calls the same `seed.run_seed` as a
 local seed process, writing the same files into the same run directory — so the archive must be
 on a filesystem every node sees (a single machine, or a shared mount) and every node needs the
 same backflip installed. Without `--address` a private local cluster is started for the command
-and shut down after it (~6 s of startup on a 2-core machine); with one, the tasks go to that
+and shut down after it (its startup takes seconds: docs/benchmarks.md); with one, the tasks go to that
 cluster and it is left running.
 
 A small actor (`Channel`) carries progress messages back to the launcher and a stop flag out to
@@ -19,16 +19,16 @@ import signal
 import time
 from pathlib import Path
 
-from backflip.launch import Display, SeedJob, final_status, redirected_output, run_seed
-from backflip.runs.archive import seed_dir
+from backflip.errors import UserError
+from backflip.launch.display import Display
+from backflip.launch.seed import SeedJob, final_status, redirected_output, run_seed
+from backflip.runs.layout import seed_dir
 
 
 def _ray():
     try:
-        import ray
+        import ray  # an optional extra (backflip[ray]), and slow to import: only for --backend ray
     except ImportError:
-        from backflip.errors import UserError
-
         raise UserError("--backend ray needs Ray: pip install 'backflip[ray]'") from None
     return ray
 
@@ -64,9 +64,7 @@ class _Conn:
         self.channel.put.remote((self.index, msg))
 
     def stop_requested(self) -> bool:
-        import ray
-
-        return ray.get(self.channel.stopping.remote())
+        return _ray().get(self.channel.stopping.remote())
 
 
 def _seed_task(job: SeedJob, index: int, channel) -> dict:

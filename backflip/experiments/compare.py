@@ -34,7 +34,8 @@ from pathlib import Path
 from backflip import stats
 from backflip.errors import UserError
 from backflip.runs import index
-from backflip.runs.archive import load_run, resolve_run
+from backflip.runs.archive import load_run
+from backflip.runs.index import resolve_run
 
 # env.* settings that change what a final evaluation return measures (evaluation envs get them)
 SCORE_SETTINGS = ("reward_scale", "max_episode_steps")

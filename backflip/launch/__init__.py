@@ -1,0 +1,168 @@
+"""Launching runs: archive each run, train all their seeds in one pool, record the outcomes.
+
+`launch_runs(cfgs, home, argv)` creates one run per config in the archive (`runs/records.py`,
+with its provenance), turns every seed of every run into a `SeedJob`, and runs the jobs at most
+`workers` at once (`run_jobs`) while showing their progress (`display.py`); then it records each
+run's outcome and the doctor's findings. A job is one seed of one run, so a sweep's runs share one
+pool. The jobs run as local processes (`local.py`) or as Ray tasks (`ray.py`, `--backend ray`);
+either way each seed is `seed.run_seed`, which writes the same files into the same run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from pathlib import Path
+
+from backflip.config import check_tags
+from backflip.doctor import diagnose_run_dir
+from backflip.errors import UserError
+from backflip.launch.display import Display
+from backflip.launch.local import run_jobs_local
+from backflip.launch.ray import run_jobs_ray
+from backflip.launch.seed import SeedJob, mark_not_started
+from backflip.runs.archive import is_enospc
+from backflip.runs.records import create_run, finalize_run
+
+BACKENDS = ("local", "ray")
+
+
+def run_jobs(
+    jobs: list[SeedJob],
+    workers: int,
+    progress: bool = True,
+    backend: str = "local",
+    address: str | None = None,
+) -> list[dict]:
+    """Run every job, at most `workers` at once; each job's final status, in job order."""
+    if backend == "ray":
+        with Display(jobs, progress) as display:
+            done = run_jobs_ray(jobs, workers, display, address)
+    elif backend == "local":
+        with Display(jobs, progress) as display:
+            done = run_jobs_local(jobs, workers, display)
+    else:
+        raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    for i, job in enumerate(jobs):  # never started because of a stop request
+        if i not in done:
+            done[i] = mark_not_started(job)
+    return [done[i] for i in range(len(jobs))]
+
+
+def run_seeds(jobs: list[SeedJob], workers: int, progress: bool = True) -> dict[int, dict]:
+    """The jobs of one run: {seed: final status}."""
+    return {j.seed: st for j, st in zip(jobs, run_jobs(jobs, workers, progress), strict=True)}
+
+
+def launch_runs(
+    cfgs: list,
+    home: Path,
+    argv: list[str],
+    messages: list[str] | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+    tags: list[list[str]] | None = None,
+    labels: list[str] | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    rerun_of: str | None = None,
+    on_created=None,
+    extra: dict | list[dict] | None = None,
+) -> list[dict]:
+    """Archive one new run per config (TrainConfig), train all their seeds in one pool, record
+    each outcome and the doctor's findings; the finished records, in order. `on_created(run_dir)`
+    is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
+    every stored config (`prefs` for a preference-learning run), or, as a list, to each config
+    its own (preference runs with different pipeline settings in one pool)."""
+    workers = max(1, workers or os.cpu_count() or 1)
+    n = len(cfgs)
+    messages = messages or [""] * n
+    tags = tags or [[] for _ in range(n)]
+    for tag in tags:  # before any run exists
+        check_tags(tag)
+    labels = labels or [""] * n
+    extras = extra if isinstance(extra, list) else [extra or {}] * n
+    run_dirs, jobs = [], []
+    for cfg, message, tag, label, more in zip(cfgs, messages, tags, labels, extras, strict=True):
+        config = {**cfg.to_dict(), **more}
+        run_dir, _ = create_run(
+            home,
+            config,
+            argv,
+            message,
+            rerun_of=rerun_of,
+            tags=tag,
+            extra={"backend": {"name": backend, "address": address}},
+        )
+        run_dirs.append(run_dir)
+        if on_created is not None:
+            on_created(run_dir)
+        jobs += [SeedJob(str(run_dir), s, config, label=label) for s in cfg.seeds]
+    started = time.time()
+    try:
+        run_jobs(jobs, min(workers, len(jobs)), progress, backend=backend, address=address)
+    finally:  # even if the launcher itself fails, every run gets an outcome
+        records = [finalize_run(home, d, started) for d in run_dirs]
+    for record, run_dir in zip(records, run_dirs, strict=True):
+        record["findings"] = diagnose_finished(run_dir)
+    return records
+
+
+def diagnose_finished(run_dir: Path) -> list[dict]:
+    """The doctor's findings on a finished run (also written to its findings.json)."""
+    try:
+        return [f.to_dict() for f in diagnose_run_dir(Path(run_dir))]
+    except UserError:  # no seed wrote metrics (all failed at once): nothing to diagnose
+        return []
+    except OSError as e:
+        if not is_enospc(e):
+            raise
+        return []  # findings.json could not be written: `backflip doctor ID` later
+    except Exception as e:  # noqa: BLE001 — a doctor bug must never cost a finished run
+        traceback.print_exc()
+        return [
+            {
+                "rule": "doctor-error",
+                "severity": "info",
+                "metric": None,
+                "step": None,
+                "message": f"the doctor failed on this run: {type(e).__name__}: {e}",
+                "evidence": {},
+            }
+        ]
+
+
+def launch_run(
+    cfg,
+    home: Path,
+    argv: list[str],
+    message: str = "",
+    workers: int | None = None,
+    progress: bool = True,
+    rerun_of: str | None = None,
+    tags: list[str] | None = None,
+    on_created=None,
+    backend: str = "local",
+    address: str | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """Archive a new run of `cfg` (a TrainConfig), train its seeds in parallel, record the outcome.
+
+    `on_created(run_dir)` is called as soon as the run exists (the CLI prints the id then).
+    `extra` adds sections to the stored config (`prefs` for a preference-learning run).
+    """
+    return launch_runs(
+        [cfg],
+        home,
+        argv,
+        [message],
+        workers,
+        progress,
+        tags=[list(tags or [])],
+        backend=backend,
+        address=address,
+        rerun_of=rerun_of,
+        on_created=on_created,
+        extra=extra,
+    )[0]

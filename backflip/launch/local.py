@@ -1,0 +1,104 @@
+"""Seeds as local OS processes, at most `workers` at once, each with one torch thread.
+
+Processes come from a forkserver that has already imported torch, gymnasium and the seed's code,
+so a seed starts in milliseconds, not seconds. Seeds run in their own process groups, so Ctrl-C
+in the terminal (or `timeout -s INT`, or SIGTERM) reaches the launcher alone, which forwards one
+SIGTERM to each seed (stop at the next iteration, with a final checkpoint), and SIGINT on a
+second signal.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from backflip.launch.display import Display
+from backflip.launch.seed import SeedJob, final_status, redirected_output, run_seed
+from backflip.runs.layout import seed_dir
+
+
+def _child(job: SeedJob, conn) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    # Out of the terminal's process group: a Ctrl-C reaches the launcher alone, which asks each
+    # seed once (SIGTERM) to stop at its next iteration with a final checkpoint, and a second
+    # Ctrl-C at once (SIGINT). In the terminal's group a seed would get the terminal's SIGINT
+    # and the launcher's SIGTERM together, take them for two requests and stop unsaved.
+    os.setpgrp()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    folder = seed_dir(Path(job.run_dir), job.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    with redirected_output(folder, job.append):
+        run_seed(job, conn)
+    conn.close()
+
+
+def _context():
+    ctx = mp.get_context("forkserver")
+    # torch._dynamo: imported by the first optimizer a seed builds; once, not per seed.
+    # backflip.launch.seed: the seed's own code (the seed run, the live doctor, the algorithms' spine)
+    ctx.set_forkserver_preload(
+        ["torch", "torch._dynamo", "gymnasium", "backflip.launch.seed", "backflip.algos.ppo"]
+    )
+    return ctx
+
+
+def run_jobs_local(jobs: list[SeedJob], workers: int, display: Display) -> dict[int, dict]:
+    ctx = _context()
+    pending, active, done = list(range(len(jobs))), {}, {}
+    reported: dict[int, dict] = {}  # each job's outcome as its process sent it
+    stopping = False
+
+    def on_signal(signum, frame):
+        nonlocal stopping
+        if stopping:  # second signal: children stop at once
+            for proc, _ in active.values():
+                if proc.pid:
+                    os.kill(proc.pid, signal.SIGINT)
+        stopping = True
+        for proc, _ in active.values():  # forward: the terminal may not have signalled them
+            if proc.pid and proc.is_alive():
+                os.kill(proc.pid, signal.SIGTERM)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while pending or active:
+            while pending and len(active) < workers and not stopping:
+                i = pending.pop(0)
+                reader, writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(
+                    target=_child,
+                    args=(jobs[i], writer),
+                    daemon=False,
+                    name=f"backflip-seed-{jobs[i].seed}",
+                )
+                proc.start()
+                writer.close()
+                active[i] = (proc, reader)
+                display.update(i, step=0, status="running")
+            if stopping and not active:
+                break
+            owner = {id(r): i for i, (_, r) in active.items()}
+            readers = [r for _, r in active.values()]
+            for r in wait(readers, timeout=0.2) if readers else []:
+                try:
+                    msg = r.recv()
+                except (EOFError, OSError):
+                    continue
+                if msg[0] == "done":  # kept: a full disk may have kept it off status.json
+                    reported[owner[id(r)]] = msg[2]
+                display.message(owner[id(r)], msg)
+            for i, (proc, reader) in list(active.items()):
+                if proc.is_alive():
+                    continue
+                proc.join()
+                reader.close()
+                del active[i]
+                done[i] = final_status(jobs[i], proc.exitcode, reported=reported.get(i))
+                display.finished(i, done[i])
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return done

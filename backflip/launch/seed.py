@@ -1,0 +1,306 @@
+"""One seed, in its own process: the entry point of every seed, local or a Ray task.
+
+`run_seed(job)` trains one seed of one run (`SeedJob`) and records its outcome in the seed's
+status.json whatever happens: `finished`; `failed` (exception: traceback kept; killed by a
+signal, e.g. the out-of-memory killer: noticed by the launcher, `final_status`); or
+`interrupted` (SIGINT/SIGTERM: the loop stops at the next iteration boundary, metrics are
+flushed and a final checkpoint written; a second signal stops at once). Progress goes to the
+launcher as messages on a connection (`conn.send(tuple)`): ("progress", seed, step, steps/s,
+return), ("status", seed, text), ("warning", seed, text), ("done", seed, status).
+
+The backends (`local.py`, `ray.py`) start seeds; this module is what they share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from backflip.algos import get_algo
+from backflip.config import TrainConfig
+from backflip.doctor.live import LiveDoctor
+from backflip.prefs.pipeline import train_seed
+from backflip.returns import TRAINING_RETURN, TRUE_RETURN
+from backflip.runs.archive import (
+    NO_SPACE,
+    STATUS_RESERVE,
+    close_dead_seed,
+    is_enospc,
+    now_iso,
+    read_json,
+    seed_status,
+    write_json,
+)
+from backflip.runs.layout import STATUS, STDERR, STDOUT, TRACEBACK, seed_dir
+from backflip.seedrun import NonFiniteError, SeedRun
+from backflip.summary import status_text
+from backflip.telemetry import truncate_logs
+
+PROGRESS_EVERY_S = 0.5
+
+
+@dataclass
+class SeedJob:
+    run_dir: str
+    seed: int
+    config: dict
+    append: bool = False  # resume: append to existing metrics
+    resume_from: str | None = None  # resume: the checkpoint to continue from
+    label: str = ""  # how the progress display names the run (when several share a pool)
+
+
+@contextlib.contextmanager
+def redirected_output(folder: Path, append: bool):
+    """Point this process's stdout/stderr (Python and C level) at the seed's log files, and
+    back afterwards (a Ray worker process runs many tasks)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    old_py = sys.stdout, sys.stderr
+    mode = "a" if append else "w"
+    for fd, name in ((1, STDOUT), (2, STDERR)):
+        f = open(folder / name, mode)
+        os.dup2(f.fileno(), fd)
+        f.close()
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, old in zip((1, 2), saved, strict=True):
+            os.dup2(old, fd)
+            os.close(old)
+        sys.stdout, sys.stderr = old_py
+
+
+def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
+    """Train one seed and record its outcome; the entry point of a seed process.
+
+    `conn` receives progress messages (`conn.send(tuple)`); if it has `stop_requested()`, that is
+    polled with the progress (how the Ray backend asks a seed to stop at an iteration boundary).
+    """
+    torch.set_num_threads(1)
+    folder = seed_dir(Path(job.run_dir), job.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    status = {
+        "seed": job.seed,
+        "status": "running",
+        "pid": os.getpid(),
+        "host": socket.gethostname(),  # whether `pid` can be checked from here (the label page)
+        "started": now_iso(),
+        "steps": 0,
+    }
+    checkpoint = None
+    before = {"wall_s": 0.0, "cpu_s": 0.0}  # a resumed seed's time so far: its totals go on
+    if job.resume_from:
+        checkpoint = torch.load(job.resume_from, map_location="cpu", weights_only=False)
+        status["resumed_from_step"] = status["steps"] = int(checkpoint["step"])
+        with contextlib.suppress(Exception):
+            previous = read_json(folder / STATUS)
+            before = {k: float(previous.get(k) or 0.0) for k in before}
+        status["wall_s_before"] = before["wall_s"]
+        # rows after the checkpoint are redone
+        truncate_logs(folder, int(checkpoint["step"]), checkpoint.get("rows_until"))
+    write_json(folder / STATUS, status, reserve=STATUS_RESERVE)  # room for the outcome
+    t0 = time.perf_counter()
+    run = None
+    last_sent = [0.0]
+    poll_stop = getattr(conn, "stop_requested", None)
+
+    def send(*msg):
+        if conn is not None:
+            try:
+                conn.send(msg)
+            except (BrokenPipeError, OSError):
+                pass
+
+    def on_row(step, row):
+        if time.monotonic() - last_sent[0] > PROGRESS_EVERY_S:
+            last_sent[0] = time.monotonic()
+            ret = row.get(TRUE_RETURN, row.get(TRAINING_RETURN))  # a preference run: the task's
+            send("progress", job.seed, step, row.get("time/sps"), ret)
+            if poll_stop is not None and poll_stop():
+                run.stopping = True
+
+    def on_warning(message):
+        print(f"[doctor] {message}", file=sys.stderr, flush=True)
+        send("warning", job.seed, message)
+
+    detail_keys: set[str] = set()
+
+    def on_status(state, detail):  # e.g. a preference run waiting for its person
+        for key in detail_keys - detail.keys() - {"steps"}:
+            status.pop(key, None)
+        detail_keys.clear()
+        detail_keys.update(detail)
+        status.update(detail, status=state)
+        write_json(folder / STATUS, status, reserve=STATUS_RESERVE)
+        send("status", job.seed, status_text(status))
+
+    try:
+        cfg = TrainConfig.from_dict(job.config)
+        spec = get_algo(cfg.algo)
+        run = SeedRun(
+            cfg,
+            job.seed,
+            folder,
+            on_row=on_row,
+            on_warning=on_warning,
+            append=job.append,
+            on_status=on_status,
+        )
+        if cfg.doctor.live:
+            run.monitors.append(LiveDoctor(cfg))
+        if checkpoint is not None:
+            run.restore(checkpoint)
+
+        def stop(signum, frame):
+            if run.stopping:  # second signal: stop now
+                raise KeyboardInterrupt
+            run.stopping = True
+            print(
+                f"received {signal.Signals(signum).name}: stopping at the next iteration",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        if handle_signals:
+            signal.signal(signal.SIGINT, stop)
+            signal.signal(signal.SIGTERM, stop)
+        if "prefs" in job.config:  # a preference run: the policy trains on a learned reward
+            train_seed(cfg, job.config["prefs"], run)
+        else:
+            spec.train(cfg.hp, run)
+        stopped = run.stopping and not (run.solved or run.timed_out)
+        status["status"] = "interrupted" if stopped else "finished"
+    except KeyboardInterrupt:
+        status["status"] = "interrupted"
+    except NonFiniteError as e:
+        status.update(status="failed", error=str(e), traceback=traceback.format_exc())
+    except BaseException as e:  # noqa: BLE001 — any crash is recorded, never lost
+        status.update(status="failed", error=failure_text(e, run), traceback=traceback.format_exc())
+    finally:
+        if handle_signals:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if run is not None:
+            try:
+                run.close()
+            except Exception as e:  # noqa: BLE001 — the outcome is recorded whatever happens
+                if is_enospc(e) and status["status"] != "failed":
+                    status.update(status="failed", error=failure_text(e, run))
+                traceback.print_exc()
+            status["steps"] = getattr(run, "step", 0)
+            status.update({k: v for k, v in run.result.items() if k != "eval_returns"})
+            if "eval_return" in run.result:
+                status["final_eval_return"] = run.result["eval_return"]
+                status["final_eval_returns"] = run.result["eval_returns"]
+        for key in detail_keys - {"steps"}:  # what the seed was waiting for is over
+            status.pop(key, None)
+        status["wall_s"] = before["wall_s"] + time.perf_counter() - t0
+        # this process's CPU time (a forked seed starts from zero), for compute accounting
+        t = os.times()
+        status["cpu_s"] = before["cpu_s"] + t.user + t.system
+        status.pop("wall_s_before", None)
+        status["ended"] = now_iso()
+        write_status(folder, status)  # the small outcome first, then the traceback
+        if status.get("traceback"):
+            print(status["traceback"], file=sys.stderr, flush=True)
+            try:
+                (folder / TRACEBACK).write_text(status["traceback"])
+            except OSError:  # a full disk: status.json and stderr.log have it
+                (folder / TRACEBACK).unlink(missing_ok=True)
+        send("done", job.seed, status)
+    return status
+
+
+def write_status(folder: Path, status: dict) -> None:
+    """A seed's status.json; on a full disk without its traceback if the whole one does not fit
+    (the launcher also has it in memory: the `done` message)."""
+    try:
+        write_json(folder / STATUS, status)
+    except OSError as e:
+        if not is_enospc(e):
+            raise
+        slim = {k: v for k, v in status.items() if k != "traceback"}
+        try:
+            write_json(folder / STATUS, slim)
+        except OSError:
+            print("could not record the outcome in status.json: disk full", file=sys.stderr)
+
+
+# torch's words when a distribution gets NaN or infinite parameters (the policy's output)
+
+
+TORCH_NONFINITE = ("probability tensor contains", "expected parameter", "found invalid values")
+
+
+def failure_text(e: BaseException, run) -> str:
+    """The error a failed seed records: no space left on device (a full disk), a non-finite
+    policy output named as such (torch says only that a tensor holds NaN), or the exception."""
+    if is_enospc(e):
+        return f"{NO_SPACE}{f' ({e.filename})' if e.filename else ''}"
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, ValueError | RuntimeError) and any(
+        w in str(e).lower() for w in TORCH_NONFINITE
+    ):
+        step = getattr(run, "step", None)
+        at = f" after env step {step:,}" if isinstance(step, int) else ""
+        return (
+            f"non-finite policy output{at}: the network's parameters or inputs became NaN or "
+            f"infinite (an update blew up: lower the learning rate, clip gradients) — {text}"
+        )
+    return text
+
+
+def mark_not_started(job: SeedJob) -> dict:
+    folder = seed_dir(Path(job.run_dir), job.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    if job.resume_from:  # a resumed seed keeps its old status: still resumable
+        return read_json(folder / STATUS)
+    status = {
+        "seed": job.seed,
+        "status": "interrupted",
+        "steps": 0,
+        "error": "not started: the launcher was stopped",
+        "ended": now_iso(),
+    }
+    write_json(folder / STATUS, status)
+    return status
+
+
+def final_status(
+    job: SeedJob, exitcode: int | None, why: str | None = None, reported: dict | None = None
+) -> dict:
+    """The seed's status.json, repaired when its process died without writing the outcome
+    (`archive.close_dead_seed`: failed, with the steps its metrics show), or could not (a full
+    disk: `reported` is the outcome the process sent, written here)."""
+    run_dir = Path(job.run_dir)
+    status = seed_status(run_dir, job.seed)
+    unfinished = ("running", "waiting", "pending", "unknown", "missing")
+    if status.get("status") in unfinished and reported is not None:
+        status = reported
+        write_status(seed_dir(run_dir, job.seed), status)
+    if status.get("status") in unfinished:
+        if not why:
+            if exitcode is not None and exitcode < 0:
+                sig = signal.Signals(-exitcode).name
+                extra = " (often the kernel's out-of-memory killer)" if sig == "SIGKILL" else ""
+                why = f"the seed's process was killed by {sig}{extra}"
+            else:
+                why = f"the seed's process exited with code {exitcode} without a result"
+        status = {**status, "seed": job.seed, "status": "running", "pid": None}
+        status["host"] = socket.gethostname()  # its process is gone: nothing to wait for
+        status = close_dead_seed(run_dir, status, why)
+    return status
