@@ -13,15 +13,29 @@ from __future__ import annotations
 PRESETS: dict[str, dict] = {
     "MovingDotLowDim-v0": {
         "steps": 200_000,
-        "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98}},
-        # half the labels up front: a poor first reward model sends the policy into a corner
-        # it is slow to leave (seen with 150 initial labels); queries chosen by ensemble
-        # disagreement and 200k steps instead of 150k: greedy 90.0, 98.8, 90.0 on seeds 0-2
-        # (random queries at 150k: 82.6, 84.3, 95.6; docs/benchmarks.md)
+        # The reward changes until the last labels: the policy keeps its learning rate and clip
+        # range (no annealing to zero while the model still moves) and an entropy bonus, so it
+        # can follow the model rather than freeze where an earlier one pointed (a person's runs
+        # stopped 15-25 px short of the centre with annealing; docs/preferences.md).
+        "policy": {
+            "ppo": {
+                "num_envs": 8,
+                "num_steps": 128,
+                "gamma": 0.98,
+                "anneal_lr": False,
+                "anneal_clip": False,
+                "ent_coef": 0.01,
+            }
+        },
+        # half the labels up front, queries chosen by ensemble disagreement, 200k steps. The
+        # initial clips come from 64 random-policy copies: a 1,000-step episode of a random walk
+        # stays near its start, so 8 copies covered 8 neighbourhoods of the screen and the first
+        # reward model extrapolated (its top at a corner); 64 starts cover the screen
         "prefs": {
             "task": "move the dot to the centre of the screen (the cross)",
             "labels": 500,
             "initial_frac": 0.5,
+            "random_envs": 64,
             "pretrain_updates": 1000,
             "rm_updates_per_kstep": 20,
             "selection": "disagreement",
