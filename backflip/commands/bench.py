@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_home, backend_address, print_json
 from backflip.commands.train import check_backend
 from backflip.config import parse_sets
 from backflip.errors import UserError
@@ -61,7 +61,7 @@ def run(args) -> int:
 
     if args.seeds < 2:
         raise UserError("--seeds must be at least 2")
-    check_backend(args.backend, args.address)
+    check_backend(args.backend, backend_address(args))
     battery = run_battery(
         home_dir(args.home, create=True),
         quick=args.quick,
@@ -71,7 +71,7 @@ def run(args) -> int:
         workers=args.workers,
         progress=not args.no_progress and not args.json,
         backend=args.backend,
-        address=args.address,
+        address=backend_address(args),
     )
     docs = Path(args.docs)
     note = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_home, backend_address, print_json
 from backflip.commands.train import check_backend
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -50,14 +50,14 @@ def run_run(args) -> int:
     from backflip.experiments import plan
     from backflip.runs.archive import home_dir
 
-    check_backend(args.backend, args.address)
+    check_backend(args.backend, backend_address(args))
     reg, text = plan.run(
         home_dir(args.home, create=True),
         args.file,
         args.workers,
         not args.no_progress and not args.json,
         args.backend,
-        args.address,
+        backend_address(args),
     )
     print_json(reg) if args.json else print(text)
     return 0
