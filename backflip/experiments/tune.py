@@ -37,10 +37,14 @@ tagged `tune`, `tune:<study>`, `trial:<number>` — and scored so that luck does
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
+import socket
 import statistics
 import time
 import tomllib
@@ -53,10 +57,18 @@ from rich.table import Table
 from backflip import stats
 from backflip.algos import get_algo
 from backflip.config import format_value, parse_value, resolve
+from backflip.envs import check_supported
 from backflip.errors import UserError, did_you_mean
 from backflip.experiments import plan as plans
 from backflip.experiments.compare import table_text
-from backflip.runs.archive import now_iso, read_record, run_lock, write_json, write_record
+from backflip.runs.archive import (
+    now_iso,
+    pid_alive,
+    read_record,
+    run_lock,
+    write_json,
+    write_record,
+)
 from backflip.runs.layout import METRICS, seed_dir
 from backflip.summary import fmt
 
@@ -427,6 +439,18 @@ def open_study(home: Path, name: str, spec: dict, first_params: dict | None):
     return study, lock
 
 
+def reap(study, say) -> None:
+    """Fail the running trials whose worker died on this host (kill -9, a crash), so the study
+    can complete. A dead worker on another machine cannot be seen from here: its trial stays
+    running until it is failed by hand (optuna's `study.tell(number, state=FAIL)`)."""
+    optuna = _optuna()
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker = t.user_attrs.get("worker") or {}
+        if worker.get("host") == socket.gethostname() and not pid_alive(worker.get("pid")):
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            say(f"trial {t.number}: failed: its worker (pid {worker.get('pid')}) died")
+
+
 def counts(study) -> dict:
     out: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
@@ -479,8 +503,6 @@ def run_worker(
     say=print,
 ) -> dict:
     """Join (or create) the study and run trials until it has `trials`; its summary."""
-    from backflip.launch import launch_runs  # torch and the doctor only when trials run
-
     optuna = _optuna()
     if trials < 1:
         raise UserError("--trials must be at least 1")
@@ -491,8 +513,6 @@ def run_worker(
     if plan_seeds < 2:
         raise UserError("--plan-seeds must be at least 2")
     base = resolve(algo, env, seeds, steps, None, sets)
-    from backflip.envs import check_supported
-
     check_supported(base.algo, get_algo(algo).action_spaces, base.env_id, base.env)
     base_flat, types = base.flat(), _setting_types(algo)
     if space_path:
@@ -518,41 +538,31 @@ def run_worker(
         f"tune {name}: {algo} on {env}, {len(seeds)} seeds × {base.steps:,} steps per trial; "
         f"study at {study_dir(home, name) / JOURNAL}"
     )
+    job = TrialJob(
+        home, name, algo, env, base.steps, seeds, sets, types, every, evals, prune,
+        workers or len(seeds), backend, address, progress, argv, say,
+    )  # fmt: skip
     ran, stopped = [], False
     while True:
         lock.acquire()
         try:
+            reap(study, say)
             n = len(study.get_trials(deepcopy=False))
             trial = study.ask(distributions(space)) if n < trials else None
+            if trial is not None:
+                trial.set_user_attr("worker", {"host": socket.gethostname(), "pid": os.getpid()})
         finally:
             lock.release()
         if trial is None:
             break
         say(f"trial {trial.number}: {_params_text(trial.params)} — study {eta_text(study, trials)}")
-        status = _run_trial(
-            study,
-            trial,
-            home,
-            algo,
-            env,
-            base,
-            seeds,
-            sets,
-            space,
-            types,
-            every,
-            evals,
-            prune,
-            workers,
-            backend,
-            address,
-            progress,
-            argv,
-            launch_runs,
-            optuna,
-            name,
-            say,
-        )
+        try:
+            status = job.run(study, trial)
+        except BaseException:  # this worker stops (a second Ctrl-C, a bug): its trial ends too
+            with contextlib.suppress(Exception):
+                trial.set_user_attr("error", "its worker stopped")
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
         ran.append(trial.number)
         if status == "interrupted":
             stopped = True
@@ -566,18 +576,52 @@ def run_worker(
     return summary
 
 
-def _run_trial(
-    study, trial, home, algo, env, base, seeds, sets, space, types, every, evals, prune,
-    workers, backend, address, progress, argv, launch_runs, optuna, name, say,
-) -> str:  # fmt: skip
-    """One trial: its run, its reports, its outcome told to the study; the run's status."""
-    State = optuna.trial.TrialState
+@dataclasses.dataclass
+class TrialJob:
+    """What every trial of this worker shares: the study's settings and where seeds run."""
+
+    home: Path
+    name: str
+    algo: str
+    env: str
+    steps: int
+    seeds: list[int]
+    sets: dict
+    types: dict
+    every: int  # eval_every, 0: no evaluations along the way
+    evals: int
+    prune: bool
+    workers: int
+    backend: str
+    address: typing.Any
+    progress: bool
+    argv: list[str]
+    say: typing.Callable[[str], None]
+
+    def run(self, study, trial) -> str:
+        """One trial: its run, its reports, its outcome told to the study; the run's status."""
+        return _run_trial(self, study, trial)
+
+
+def _run_trial(job: TrialJob, study, trial) -> str:
+    from backflip.launch import launch_runs  # torch and the doctor only when trials run
+
+    State = _optuna().trial.TrialState
+    home, name, algo, env, seeds, types = (
+        job.home,
+        job.name,
+        job.algo,
+        job.env,
+        job.seeds,
+        job.types,
+    )
+    every, evals, prune, say = job.every, job.evals, job.prune, job.say
     params = overrides(trial.params, types)
-    settings = {**sets, **params}
+    settings = {**job.sets, **params}
     if every:
         settings["eval_every"] = every
     try:
-        cfg = resolve(algo, env, seeds, base.steps, None, settings)
+        cfg = resolve(algo, env, seeds, job.steps, None, settings)
     except UserError as e:  # a combination the config refuses (a minibatch above the rollout)
         trial.set_user_attr("error", str(e))
         study.tell(trial, state=State.FAIL)
@@ -593,14 +637,14 @@ def _run_trial(
     record = launch_runs(
         [cfg],
         home,
-        argv,
+        job.argv,
         messages=[f"tune {name}: trial {trial.number} ({_params_text(trial.params)})"],
-        workers=workers or len(seeds),
-        progress=progress,
+        workers=job.workers,
+        progress=job.progress,
         tags=[["tune", f"tune:{name}", f"trial:{trial.number}"]],
         labels=[label],
-        backend=backend,
-        address=address,
+        backend=job.backend,
+        address=job.address,
         on_created=created,
         should_stop=monitor,
     )[0]
