@@ -699,7 +699,8 @@ def summarize(home: Path, study, name: str, total: int) -> dict:
             {
                 "trial": t.number,
                 "state": t.state.name.lower(),
-                "objective": t.value if t.values else None,
+                # a pruned trial's value in Optuna is its last report, not an objective
+                "objective": t.value if t.state.name == "COMPLETE" else None,
                 "iqm": s.get("iqm"),
                 "ci": [s.get("ci_low"), s.get("ci_high")],
                 "n": s.get("n"),
@@ -730,19 +731,17 @@ def summarize(home: Path, study, name: str, total: int) -> dict:
 
 
 def preregister(home: Path, study, name: str, spec: dict, seeds: int, types: dict) -> dict:
-    """Write the best configuration as a plan against the defaults, and freeze it (fresh seeds)."""
-    best = max(
-        (t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"),
-        key=lambda t: t.value,
-        default=None,
-    )
-    if best is None:
-        return {"note": "no trial completed: nothing to preregister"}
-    if best.user_attrs.get("default"):
-        return {
-            "note": f"the best trial (#{best.number}) is the default configuration: no tuned "
-            "configuration beat it on the tuning seeds, nothing to preregister"
-        }
+    """Write the best tuned configuration (the best completed trial that is not the default) as
+    a plan against the defaults, and freeze it on fresh seeds. When the default trial scored
+    highest on the tuning seeds, the plan still asks whether the tuner's best alternative beats
+    it on fresh seeds, and says so."""
+    done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    tuned_trials = [t for t in done if not t.user_attrs.get("default")]
+    if not tuned_trials:
+        return {"note": "no tuned trial completed: nothing to preregister"}
+    best = max(tuned_trials, key=lambda t: t.value)
+    default = next((t for t in done if t.user_attrs.get("default")), None)
+    default_best = default is not None and default.value >= best.value
     sets = {k: _plain(v) for k, v in spec["set"].items()}
     tuned = {**sets, **{k: _plain(v) for k, v in overrides(best.params, types).items()}}
     changed = ", ".join(f"{k}={_plain_text(v)}" for k, v in best.params.items())
@@ -752,6 +751,12 @@ def preregister(home: Path, study, name: str, spec: dict, seeds: int, types: dic
             f"Does the configuration study {name} chose for {spec['algo']} on {spec['env']} "
             f"(trial {best.number}: {changed}) beat the default configuration at "
             f"{spec['steps']:,} steps on fresh seeds?"
+            + (
+                f" (On the tuning seeds the default, trial {default.number}, scored highest; "
+                f"this is the best tuned alternative.)"
+                if default_best
+                else ""
+            )
         ),
         "env": spec["env"],
         "steps": spec["steps"],
@@ -776,7 +781,7 @@ def preregister(home: Path, study, name: str, spec: dict, seeds: int, types: dic
         tmp.replace(path)
     reg, message = plans.create(home, path)
     return {"file": str(path), "name": plan["name"], "hash": reg["hash"], "seeds": reg["seeds"],
-            "trial": best.number, "message": message}  # fmt: skip
+            "trial": best.number, "default_best": default_best, "message": message}  # fmt: skip
 
 
 def _plain(v):
@@ -800,8 +805,8 @@ def format_summary(summary: dict) -> str:
             iqm = f"{fmt(r['iqm'])} {stats.interval(*r['ci'], r['n'])}"
         state = r["state"]
         if state == "pruned" and r["intermediate"]:
-            last = list(r["intermediate"])[-1]
-            state = f"pruned at {int(float(last)):,}"
+            last, value = list(r["intermediate"].items())[-1]
+            state = f"pruned at {int(float(last)):,} (IQM {fmt(value)})"
         elif state == "fail" and r["error"]:
             state = f"failed: {r['error']}"
         table.add_row(
@@ -833,6 +838,11 @@ def format_summary(summary: dict) -> str:
     if not summary["complete"]:
         lines.append(f"the study is not complete yet: {summary['counts']} of {summary['total']}")
     plan = summary.get("plan")
+    if plan and plan.get("default_best"):
+        lines.append(
+            "the default configuration scored highest on the tuning seeds: the study found no "
+            f"better one; the plan checks its best alternative (trial {plan['trial']}) anyway"
+        )
     if plan and plan.get("file"):
         lines.append(
             f"preregistered: plan {plan['name']} (sha256 {plan['hash'][:12]}) on fresh seeds "
