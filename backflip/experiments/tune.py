@@ -350,10 +350,10 @@ class TrialMonitor:
     def attach(self, run_dir: Path, seeds: list[int]) -> None:
         self.readers = [_Evaluations(seed_dir(run_dir, s) / METRICS, self.budget) for s in seeds]
 
-    def __call__(self) -> bool:
+    def __call__(self, final: bool = False) -> bool:
         if self.pruned_at is not None:
             return True
-        if not self.readers or time.monotonic() - self.last_poll < POLL_S:
+        if not self.readers or (not final and time.monotonic() - self.last_poll < POLL_S):
             return False
         self.last_poll = time.monotonic()
         for r in self.readers:
@@ -367,7 +367,7 @@ class TrialMonitor:
             self.trial.set_user_attr("ci_high", self.ci_high)
             self.trial.report(agg[0], step)
             self.reported += 1
-            if self.prune and self.trial.should_prune():
+            if self.prune and not final and self.trial.should_prune():
                 self.pruned_at = step
                 return True
         return False
@@ -648,6 +648,8 @@ def _run_trial(job: TrialJob, study, trial) -> str:
         on_created=created,
         should_stop=monitor,
     )[0]
+    if monitor.pruned_at is None:  # evaluations written after the last poll are reported too
+        monitor(final=True)
     scores = [s.get("final_eval_return") for s in record["seeds"]]
     trial.set_user_attr("scores", scores)
     if monitor.pruned_at is not None:
