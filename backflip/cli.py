@@ -30,6 +30,7 @@ COMMANDS = [
     "sweep",
     "ablate",
     "plan",
+    "tune",
     "bench",
     "prefs",
     "label",

@@ -36,12 +36,37 @@ def add_format(parser, help: str | None = None) -> None:
 def add_backend(parser) -> None:
     parser.add_argument(
         "--backend",
-        choices=["local", "ray"],
+        choices=["local", "ray", "slurm"],
         default="local",
-        help="where seeds run: local processes (default) or a Ray cluster (extra: backflip[ray])",
+        help="where seeds run: local processes (default), a Ray cluster (extra: backflip[ray]) "
+        "or Slurm job arrays through submitit (extra: backflip[slurm])",
     )
     parser.add_argument(
         "--address",
         metavar="ADDR",
         help="Ray cluster address (default: start a local one for this command)",
     )
+    parser.add_argument(
+        "--slurm",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --backend slurm: a submitit parameter (repeatable), e.g. partition=dev, "
+        "timeout_min=120, mem_gb=4; cluster=local runs the tasks on this machine",
+    )
+
+
+def backend_address(args) -> str | dict | None:
+    """Where the seeds go, checked before anything is archived: the Ray address, or the
+    `--slurm` options as a dict (`backflip.launch.slurm.parse_options`)."""
+    from backflip.errors import UserError
+
+    if args.slurm and args.backend != "slurm":
+        raise UserError("--slurm is for --backend slurm")
+    if args.backend != "slurm":
+        return args.address
+    if args.address:
+        raise UserError("--address is for --backend ray")
+    from backflip.launch.slurm import parse_options
+
+    return parse_options(args.slurm)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backflip.commands import add_backend, add_format, add_home, print_json
+from backflip.commands import add_backend, add_format, add_home, backend_address, print_json
 from backflip.commands.train import check_backend
 from backflip.config import parse_sets
 from backflip.errors import UserError
@@ -70,7 +70,7 @@ def run(args) -> int:
 
     if args.seeds < 2:
         raise UserError("--seeds must be at least 2")
-    check_backend(args.backend, args.address)
+    check_backend(args.backend, backend_address(args))
     plot = figure_path(args.plot, args.format) if args.plot else None  # a bad name: before runs
     home = home_dir(args.home, create=True)
     battery = run_battery(
@@ -82,7 +82,7 @@ def run(args) -> int:
         workers=args.workers,
         progress=not args.no_progress and not args.json,
         backend=args.backend,
-        address=args.address,
+        address=backend_address(args),
     )
     if not args.no_plot and any(a["summary"].get("n") for a in battery["across_envs"]["algos"]):
         plot = plot or figure_path(home / "bench" / battery["id"], args.format)

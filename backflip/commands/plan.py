@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backflip.commands import add_backend, add_format, add_home, print_json
+from backflip.commands import add_backend, add_format, add_home, backend_address, print_json
 from backflip.commands.train import check_backend
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -83,7 +83,7 @@ def run_run(args) -> int:
     from backflip.plots import figure_path
     from backflip.runs.archive import home_dir
 
-    check_backend(args.backend, args.address)
+    check_backend(args.backend, backend_address(args))
     if args.plot:
         figure_path(args.plot, args.format)  # a bad file name is refused before anything runs
     home = home_dir(args.home, create=True)
@@ -93,7 +93,7 @@ def run_run(args) -> int:
         args.workers,
         not args.no_progress and not args.json,
         args.backend,
-        args.address,
+        backend_address(args),
     )
     line = draw(home, reg, args)
     print_json(reg) if args.json else print(text + (f"\n{line}" if line else ""))

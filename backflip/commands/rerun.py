@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home
+from backflip.commands import add_backend, add_home, backend_address
 from backflip.commands.train import execute
 from backflip.config import TrainConfig
 
@@ -43,5 +43,5 @@ def run(args) -> int:
         as_json=args.json,
         extra={k: original["config"][k] for k in ("prefs",) if k in original["config"]},
         backend=args.backend,
-        address=args.address,
+        address=backend_address(args),
     )

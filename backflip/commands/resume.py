@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_home, backend_address, print_json
 
 # the library is imported inside functions: `backflip --help` imports every command module
 
@@ -54,7 +54,7 @@ def run(args) -> int:
         args.workers,
         not args.no_progress and not args.json,
         backend=args.backend,
-        address=args.address,
+        address=backend_address(args),
         on_plan=announce,
     )
     if args.json:

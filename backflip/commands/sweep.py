@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from backflip.algos import get_algo
-from backflip.commands import add_backend, add_format, add_home, print_json
+from backflip.commands import add_backend, add_format, add_home, backend_address, print_json
 from backflip.commands.train import _steps, add_seed_args, check_backend, seeds_from
 from backflip.config import load_config_file, parse_sets, resolve
 
@@ -69,7 +69,7 @@ def launch_study(args, kind: str, make_variants) -> int:
     seeds = seeds_from(args)
     base = resolve(args.algo, args.env, seeds, args.steps, file_values, sets)
     check_supported(base.algo, spec.action_spaces, base.env_id, base.env)
-    check_backend(args.backend, args.address)
+    check_backend(args.backend, backend_address(args))
     variants, skipped = make_variants(spec, base, file_values, sets, seeds)
     if not variants:
         from backflip.errors import UserError
@@ -91,7 +91,7 @@ def launch_study(args, kind: str, make_variants) -> int:
         args.workers,
         not args.no_progress and not args.json,
         args.backend,
-        args.address,
+        backend_address(args),
     )
     study["skipped"] = skipped
     study = save_study(home, judge(study), plot=not args.no_plot, fmt=args.format or "png")

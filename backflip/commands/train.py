@@ -8,7 +8,7 @@ import sys
 import warnings
 
 from backflip.algos import get_algo
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_home, backend_address, print_json
 from backflip.config import (
     MAX_SEEDS,
     SECTIONS,
@@ -138,7 +138,7 @@ def run(args) -> int:
         tags=args.tag,
         as_json=args.json,
         backend=args.backend,
-        address=args.address,
+        address=backend_address(args),
         surprise=args.surprise,
         ask=not args.no_ask,
     )
@@ -226,15 +226,17 @@ def execute(
     return {"finished": 0, "interrupted": 130}.get(record["status"], 1)
 
 
-def check_backend(backend: str, address: str | None) -> None:
-    """A clear message before anything is archived: ray missing, or --address without ray."""
-    if address and backend != "ray":
-        raise UserError("--address is for --backend ray")
-    if backend == "ray":
-        import importlib.util
+def check_backend(backend: str, address: str | dict | None) -> None:
+    """A clear message before anything is archived: ray or submitit missing, or --address
+    without ray (`address`: from `commands.backend_address`)."""
+    import importlib.util
 
-        if importlib.util.find_spec("ray") is None:
-            raise UserError("--backend ray needs Ray: pip install 'backflip[ray]'")
+    if isinstance(address, str) and address and backend != "ray":
+        raise UserError("--address is for --backend ray")
+    if backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise UserError("--backend ray needs Ray: pip install 'backflip[ray]'")
+    if backend == "slurm" and importlib.util.find_spec("submitit") is None:
+        raise UserError("--backend slurm needs submitit: pip install 'backflip[slurm]'")
 
 
 def list_keys(cfg) -> int:

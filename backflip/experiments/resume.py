@@ -20,36 +20,15 @@ import socket
 import time
 from pathlib import Path
 
-import torch
-
 from backflip.config import TrainConfig
 from backflip.envs import why_no_snapshot
 from backflip.errors import UserError
 from backflip.launch import diagnose_finished, run_jobs
-from backflip.launch.seed import SeedJob
+from backflip.launch.seed import SeedJob, last_checkpoint
 from backflip.runs import index
 from backflip.runs.archive import load_run, now_iso, pid_alive, read_record, run_lock, write_record
-from backflip.runs.layout import CHECKPOINTS, FINAL_CHECKPOINT, checkpoint_step, seed_dir
+from backflip.runs.layout import seed_dir
 from backflip.runs.records import finalize_run
-
-
-def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
-    """The checkpoint with the highest step in a seed's folder: (path, step), or None."""
-    found = []
-    for path in (folder / CHECKPOINTS).glob("*.pt"):
-        step = checkpoint_step(path.name)
-        if step is not None:
-            found.append((step, path))
-        elif path.name == FINAL_CHECKPOINT:
-            try:
-                step = torch.load(path, map_location="cpu", weights_only=False)["step"]
-            except Exception:  # noqa: BLE001 — a torn or foreign file is not a checkpoint
-                continue
-            found.append((int(step), path))
-    if not found:
-        return None
-    step, path = max(found, key=lambda t: (t[0], t[1].name == FINAL_CHECKPOINT))
-    return path, step
 
 
 def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | None]]:

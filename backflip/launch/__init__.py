@@ -4,8 +4,15 @@
 with its provenance), turns every seed of every run into a `SeedJob`, and runs the jobs at most
 `workers` at once (`run_jobs`) while showing their progress (`display.py`); then it records each
 run's outcome and the doctor's findings. A job is one seed of one run, so a sweep's runs share one
-pool. The jobs run as local processes (`local.py`) or as Ray tasks (`ray.py`, `--backend ray`);
-either way each seed is `seed.run_seed`, which writes the same files into the same run directory.
+pool. The jobs run as local processes (`local.py`), as Ray tasks (`ray.py`, `--backend ray`) or
+as Slurm jobs through submitit (`slurm.py`, `--backend slurm`); every way each seed is
+`seed.run_seed`, which writes the same files into the same run directory.
+
+The backends share one signature, `run_jobs_X(jobs, workers, display, address, should_stop)`
+-> {job index: final status}: `address` is where the seeds go (a Ray cluster's address; for
+Slurm, the `--slurm` options as a dict; unused locally), and `should_stop()`, polled while seeds
+run, asks every seed to stop at its next iteration boundary as a first Ctrl-C does (how
+`backflip tune` prunes a trial). Seeds that never started are marked `interrupted` here.
 """
 
 from __future__ import annotations
@@ -22,10 +29,11 @@ from backflip.launch.display import Display
 from backflip.launch.local import run_jobs_local
 from backflip.launch.ray import run_jobs_ray
 from backflip.launch.seed import SeedJob, mark_not_started
+from backflip.launch.slurm import run_jobs_slurm
 from backflip.runs.archive import is_enospc
 from backflip.runs.records import create_run, finalize_run
 
-BACKENDS = ("local", "ray")
+BACKENDS = {"local": run_jobs_local, "ray": run_jobs_ray, "slurm": run_jobs_slurm}
 
 
 def run_jobs(
@@ -33,17 +41,14 @@ def run_jobs(
     workers: int,
     progress: bool = True,
     backend: str = "local",
-    address: str | None = None,
+    address: str | dict | None = None,
+    should_stop=None,
 ) -> list[dict]:
     """Run every job, at most `workers` at once; each job's final status, in job order."""
-    if backend == "ray":
-        with Display(jobs, progress) as display:
-            done = run_jobs_ray(jobs, workers, display, address)
-    elif backend == "local":
-        with Display(jobs, progress) as display:
-            done = run_jobs_local(jobs, workers, display)
-    else:
+    if backend not in BACKENDS:
         raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    with Display(jobs, progress) as display:
+        done = BACKENDS[backend](jobs, workers, display, address, should_stop)
     for i, job in enumerate(jobs):  # never started because of a stop request
         if i not in done:
             done[i] = mark_not_started(job)
@@ -65,16 +70,18 @@ def launch_runs(
     tags: list[list[str]] | None = None,
     labels: list[str] | None = None,
     backend: str = "local",
-    address: str | None = None,
+    address: str | dict | None = None,
     rerun_of: str | None = None,
     on_created=None,
     extra: dict | list[dict] | None = None,
+    should_stop=None,
 ) -> list[dict]:
     """Archive one new run per config (TrainConfig), train all their seeds in one pool, record
     each outcome and the doctor's findings; the finished records, in order. `on_created(run_dir)`
     is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
     every stored config (`prefs` for a preference-learning run), or, as a list, to each config
-    its own (preference runs with different pipeline settings in one pool)."""
+    its own (preference runs with different pipeline settings in one pool). `should_stop()`:
+    see the module's docstring."""
     workers = max(1, workers or os.cpu_count() or 1)
     n = len(cfgs)
     messages = messages or [""] * n
@@ -101,7 +108,14 @@ def launch_runs(
         jobs += [SeedJob(str(run_dir), s, config, label=label) for s in cfg.seeds]
     started = time.time()
     try:
-        run_jobs(jobs, min(workers, len(jobs)), progress, backend=backend, address=address)
+        run_jobs(
+            jobs,
+            min(workers, len(jobs)),
+            progress,
+            backend=backend,
+            address=address,
+            should_stop=should_stop,
+        )
     finally:  # even if the launcher itself fails, every run gets an outcome
         records = [finalize_run(home, d, started) for d in run_dirs]
     for record, run_dir in zip(records, run_dirs, strict=True):
@@ -144,7 +158,7 @@ def launch_run(
     tags: list[str] | None = None,
     on_created=None,
     backend: str = "local",
-    address: str | None = None,
+    address: str | dict | None = None,
     extra: dict | None = None,
 ) -> dict:
     """Archive a new run of `cfg` (a TrainConfig), train its seeds in parallel, record the outcome.

@@ -4,7 +4,8 @@ Processes come from a forkserver that has already imported torch, gymnasium and 
 so a seed starts in milliseconds, not seconds. Seeds run in their own process groups, so Ctrl-C
 in the terminal (or `timeout -s INT`, or SIGTERM) reaches the launcher alone, which forwards one
 SIGTERM to each seed (stop at the next iteration, with a final checkpoint), and SIGINT on a
-second signal.
+second signal. `should_stop()` (polled every 0.2 s) asks for the same stop as a first signal:
+how `backflip tune` prunes a trial.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ def _context():
     return ctx
 
 
-def run_jobs_local(jobs: list[SeedJob], workers: int, display: Display) -> dict[int, dict]:
+def run_jobs_local(
+    jobs: list[SeedJob], workers: int, display: Display, address=None, should_stop=None
+) -> dict[int, dict]:
+    """The jobs as local processes (`address` is unused: the backends share one signature)."""
     ctx = _context()
     pending, active, done = list(range(len(jobs))), {}, {}
     reported: dict[int, dict] = {}  # each job's outcome as its process sent it
@@ -80,6 +84,8 @@ def run_jobs_local(jobs: list[SeedJob], workers: int, display: Display) -> dict[
                 display.update(i, step=0, status="running")
             if stopping and not active:
                 break
+            if should_stop is not None and not stopping and should_stop():
+                on_signal(signal.SIGTERM, None)
             owner = {id(r): i for i, (_, r) in active.items()}
             readers = [r for _, r in active.values()]
             for r in wait(readers, timeout=0.2) if readers else []:

@@ -9,7 +9,8 @@ cluster and it is left running.
 
 A small actor (`Channel`) carries progress messages back to the launcher and a stop flag out to
 the seeds: Ctrl-C asks every seed to stop at its next iteration boundary (checkpoint written,
-status `interrupted`), a second Ctrl-C cancels the tasks.
+status `interrupted`), a second Ctrl-C cancels the tasks. `should_stop()` (polled with the
+messages) makes the same request as a first Ctrl-C.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _seed_task(job: SeedJob, index: int, channel) -> dict:
 
 
 def run_jobs_ray(
-    jobs: list[SeedJob], workers: int, display: Display, address: str | None
+    jobs: list[SeedJob], workers: int, display: Display, address: str | None, should_stop=None
 ) -> dict[int, dict]:
     ray = _ray()
     started_here = not ray.is_initialized()
@@ -112,6 +113,8 @@ def run_jobs_ray(
                 display.update(i, step=0, status="running")
             if not active:
                 break
+            if should_stop is not None and not stopping[0] and should_stop():
+                on_signal(signal.SIGTERM, None)
             ready, _ = ray.wait(list(active), num_returns=1, timeout=0.2)
             for i, msg in ray.get(channel.drain.remote()):
                 display.message(i, msg)

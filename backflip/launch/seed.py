@@ -40,7 +40,16 @@ from backflip.runs.archive import (
     seed_status,
     write_json,
 )
-from backflip.runs.layout import STATUS, STDERR, STDOUT, TRACEBACK, seed_dir
+from backflip.runs.layout import (
+    CHECKPOINTS,
+    FINAL_CHECKPOINT,
+    STATUS,
+    STDERR,
+    STDOUT,
+    TRACEBACK,
+    checkpoint_step,
+    seed_dir,
+)
 from backflip.seedrun import NonFiniteError, SeedRun
 from backflip.summary import status_text
 from backflip.telemetry import truncate_logs
@@ -304,3 +313,23 @@ def final_status(
         status["host"] = socket.gethostname()  # its process is gone: nothing to wait for
         status = close_dead_seed(run_dir, status, why)
     return status
+
+
+def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
+    """The checkpoint with the highest step in a seed's folder: (path, step), or None. Where a
+    seed continues from: `backflip resume`, and a Slurm task requeued after a preemption."""
+    found = []
+    for path in (folder / CHECKPOINTS).glob("*.pt"):
+        step = checkpoint_step(path.name)
+        if step is not None:
+            found.append((step, path))
+        elif path.name == FINAL_CHECKPOINT:
+            try:
+                step = torch.load(path, map_location="cpu", weights_only=False)["step"]
+            except Exception:  # noqa: BLE001 — a torn or foreign file is not a checkpoint
+                continue
+            found.append((int(step), path))
+    if not found:
+        return None
+    step, path = max(found, key=lambda t: (t[0], t[1].name == FINAL_CHECKPOINT))
+    return path, step
