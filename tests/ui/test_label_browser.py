@@ -213,8 +213,14 @@ def test_a_scripted_person_trains_moving_dot_through_the_page(home, browser):
                 and st.get("status") in ("running", "waiting")
                 and db.answered() > LABELS // 2
             ):
-                # the policy trains; nobody answers: it must pause within the bound and stay
-                wait_for(lambda: status(folder).get("status") == "waiting", 60, "the seed to wait")
+                # the policy trains; nobody answers: it must pause within the bound and stay.
+                # The wait to look at is the one that has seen every answer given (a status
+                # read just after an answer may still be the wait that answer ended)
+                def waits_for_the_next_label():
+                    st = status(folder)
+                    return st.get("status") == "waiting" and st["labels_answered"] == db.answered()
+
+                wait_for(waits_for_the_next_label, 60, "the seed to wait")
                 step = status(folder)["steps"]
                 assert step > 0
                 page.wait_for_function("() => document.body.dataset.state === 'waiting'")
