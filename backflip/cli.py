@@ -12,7 +12,6 @@ import sys
 import warnings
 
 from backflip import __version__
-from backflip.config import SettingWarning
 from backflip.errors import UserError
 
 # Subcommand modules, in the order `backflip --help` lists them.
@@ -64,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _show_setting_warnings() -> None:
     """A `config.SettingWarning` (an allowed but unusual value) prints as one `warning:` line."""
+    # the config (and the algorithm registry, PyYAML) only when a command runs, not for --help
+    from backflip.config import SettingWarning
+
     default = warnings.showwarning
     if getattr(default, "backflip", False):  # installed already (main called in-process)
         return

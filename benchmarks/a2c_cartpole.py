@@ -32,7 +32,8 @@ import torch
 from backflip.algos import get_algo
 from backflip.config import resolve
 from backflip.envs import make_vec
-from backflip.seedrun import EVAL_SEED_OFFSET, SeedRun, evaluate
+from backflip.runs.layout import eval_seed
+from backflip.seedrun import SeedRun, evaluate
 
 ENV, SOLVED, EVAL_EPISODES = "CartPole-v1", 475.0, 10
 
@@ -61,7 +62,7 @@ def eval_envs():
 
 
 def greedy_return(act, envs, seed: int) -> float:
-    rets, _ = evaluate(act, envs, EVAL_EPISODES, seed * 1000 + EVAL_SEED_OFFSET)
+    rets, _ = evaluate(act, envs, EVAL_EPISODES, eval_seed(seed))
     return float(rets.mean())
 
 

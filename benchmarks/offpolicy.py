@@ -94,10 +94,11 @@ SAC_ZOO = dict(
 def sb3_greedy_evaluator(env_id: str, seed: int):
     """evaluate(model) -> mean greedy return, on the same env copies and seeds backflip uses."""
     from backflip.envs import make_vec
-    from backflip.seedrun import EVAL_SEED_OFFSET, evaluate
+    from backflip.runs import layout
+    from backflip.seedrun import evaluate
 
     envs = make_vec(env_id, EVAL_EPISODES)
-    eval_seed = seed * 1000 + EVAL_SEED_OFFSET  # = SeedRun.env_seed + EVAL_SEED_OFFSET
+    eval_seed = layout.eval_seed(seed)  # the seeds SeedRun.evaluate uses
 
     def run(model) -> float:
         def act(obs: np.ndarray) -> np.ndarray:

@@ -6,7 +6,8 @@ import torch
 from backflip.algos import get_algo
 from backflip.config import resolve
 from backflip.envs import make_vec
-from backflip.seedrun import EVAL_SEED_OFFSET, SeedRun, evaluate
+from backflip.runs.layout import eval_seed
+from backflip.seedrun import SeedRun, evaluate
 
 CASES = [
     ("ppo", "CartPole-v1", 4096, {"epochs": "4", "norm_obs": "true"}),
@@ -28,7 +29,7 @@ def test_final_checkpoint_reproduces_the_final_evaluation(tmp_path, algo, env, s
     checkpoint = torch.load(tmp_path / "checkpoints" / "final.pt", weights_only=False)
     envs = make_vec(env, cfg.run.eval_episodes)
     agent = spec.load(checkpoint, envs.single_observation_space, envs.single_action_space)
-    rets, _ = evaluate(agent.act, envs, cfg.run.eval_episodes, run.env_seed + EVAL_SEED_OFFSET)
+    rets, _ = evaluate(agent.act, envs, cfg.run.eval_episodes, eval_seed(run.seed))
     assert rets.mean() == run.result["eval_return"]
     if agent.value is not None:
         assert agent.value(envs.reset(seed=0)[0]).shape == (cfg.run.eval_episodes,)

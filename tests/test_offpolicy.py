@@ -10,7 +10,8 @@ from backflip.buffers import ReplayBuffer
 from backflip.config import resolve
 from backflip.envs import make_vec
 from backflip.nets import to_bounds
-from backflip.seedrun import EVAL_SEED_OFFSET, SeedRun, evaluate
+from backflip.runs.layout import eval_seed
+from backflip.seedrun import SeedRun, evaluate
 from backflip.telemetry import read_metrics
 
 OFF_POLICY = ["dqn", "ddpg", "td3", "sac"]
@@ -139,7 +140,7 @@ def test_final_checkpoint_reproduces_the_final_evaluation(algo, tmp_path):
     agent = spec.load(
         final_checkpoint(tmp_path), envs.single_observation_space, envs.single_action_space
     )
-    rets, _ = evaluate(agent.act, envs, cfg.run.eval_episodes, run.env_seed + EVAL_SEED_OFFSET)
+    rets, _ = evaluate(agent.act, envs, cfg.run.eval_episodes, eval_seed(run.seed))
     assert rets.mean() == run.result["eval_return"]
     assert agent.value(envs.reset(seed=0)[0]).shape == (cfg.run.eval_episodes,)
 

@@ -1,7 +1,7 @@
 """Thin CLI subcommands: argument parsing and printing only (see backflip/cli.py).
 
 `backflip --help` imports every module here to build its parser, so each imports the library
-(NumPy, torch, SciPy, Flask, ...) inside the function that runs the command, not at the top.
+(even the config, which reads the algorithm registry) inside the function that runs the command.
 """
 
 from __future__ import annotations

@@ -6,9 +6,7 @@ from pathlib import Path
 
 from backflip.commands import add_backend, add_format, add_home, backend_address, print_json
 from backflip.commands.train import check_backend
-from backflip.config import parse_sets
 from backflip.errors import UserError
-from backflip.runs.provenance import cpu_model
 
 # the library is imported inside functions: `backflip --help` imports every command module
 
@@ -64,9 +62,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from backflip.config import parse_sets
     from backflip.experiments.bench import battery_figure, format_battery, run_battery, update_docs
     from backflip.plots import figure_path
     from backflip.runs.archive import home_dir
+    from backflip.runs.provenance import cpu_model
 
     if args.seeds < 2:
         raise UserError("--seeds must be at least 2")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from backflip.commands import print_json
-from backflip.config import EnvOptions, _build, parse_sets
 from backflip.errors import UserError
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -38,6 +37,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from backflip.config import EnvOptions, _build, parse_sets
     from backflip.doctor.preflight import preflight, render
 
     values = {}

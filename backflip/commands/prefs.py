@@ -14,7 +14,6 @@ from backflip.commands.train import (
     list_keys,
     seeds_from,
 )
-from backflip.config import _build, describe, format_value, load_config_file, parse_sets, resolve
 from backflip.errors import UserError
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -91,6 +90,7 @@ def _common(p) -> None:
 
 def build(args, home):
     """(TrainConfig, PrefsConfig) from the arguments: presets < --config < --set < flags."""
+    from backflip.config import _build, load_config_file, parse_sets, resolve
     from backflip.prefs.pipeline import PrefsConfig
     from backflip.prefs.presets import PAPER, preset_for
     from backflip.runs.archive import load_run
@@ -175,6 +175,7 @@ def ask_task(pcfg, interactive: bool) -> None:
 
 
 def run(args) -> int:
+    from backflip.config import describe, format_value
     from backflip.runs.archive import home_dir
 
     if not args.stage:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from backflip.algos import get_algo
 from backflip.commands import print_json
 from backflip.errors import UserError
 
@@ -35,6 +34,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
 
+    from backflip.algos import get_algo
     from backflip.doctor.audits import audit_obs_normalizer, audit_reward_scaler
     from backflip.doctor.probes import probe_kinds, result_line, run_probes
 

@@ -6,7 +6,6 @@ import sys
 
 from backflip.commands import add_backend, add_home, backend_address
 from backflip.commands.train import execute
-from backflip.config import TrainConfig
 
 # the library is imported inside functions: `backflip --help` imports every command module
 
@@ -24,6 +23,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from backflip.config import TrainConfig
     from backflip.runs.archive import home_dir, load_run
     from backflip.runs.index import resolve_run
 

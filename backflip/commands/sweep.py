@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from backflip.algos import get_algo
 from backflip.commands import add_backend, add_format, add_home, backend_address, print_json
 from backflip.commands.train import _steps, add_seed_args, check_backend, seeds_from
-from backflip.config import load_config_file, parse_sets, resolve
 
 # the library is imported inside functions: `backflip --help` imports every command module
 
@@ -58,6 +56,8 @@ def register(sub) -> None:
 
 
 def launch_study(args, kind: str, make_variants) -> int:
+    from backflip.algos import get_algo
+    from backflip.config import load_config_file, parse_sets, resolve
     from backflip.envs import check_supported
     from backflip.experiments.sweep import build_configs, format_study, judge, run_study, save_study
     from backflip.runs.archive import home_dir

@@ -7,23 +7,7 @@ import os
 import sys
 import warnings
 
-from backflip.algos import get_algo
 from backflip.commands import add_backend, add_home, backend_address, print_json
-from backflip.config import (
-    MAX_SEEDS,
-    SECTIONS,
-    RunOptions,
-    check_device,
-    check_seeds,
-    check_tags,
-    describe,
-    domain_of,
-    format_value,
-    load_config_file,
-    parse_seed_list,
-    parse_sets,
-    resolve,
-)
 from backflip.errors import UserError
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -100,6 +84,8 @@ def add_seed_args(p, default: int | None = DEFAULT_SEEDS, default_text: str = ""
 
 def seeds_from(args) -> list[int]:
     """The seeds of --seed-list, or --seeds N from --seed-start, checked (config.check_seeds)."""
+    from backflip.config import MAX_SEEDS, check_seeds, parse_seed_list
+
     if args.seed_list is not None:
         return parse_seed_list(args.seed_list)
     if args.seeds < 1:
@@ -117,6 +103,7 @@ def _steps(text: str) -> str:
 
 
 def run(args) -> int:
+    from backflip.config import check_tags, load_config_file, parse_sets, resolve
     from backflip.runs.archive import home_dir
 
     # everything is checked before anything is created
@@ -165,6 +152,8 @@ def execute(
 
     `extra`: more config sections to store with the run (`prefs`); `on_created(run_dir)` runs
     once the run exists, after its id is printed."""
+    from backflip.algos import get_algo
+    from backflip.config import check_device
     from backflip.envs import AtariProtocolWarning, check_supported
     from backflip.journal import expected_seconds, premortem
     from backflip.launch import launch_run
@@ -240,6 +229,8 @@ def check_backend(backend: str, address: str | dict | None) -> None:
 
 
 def list_keys(cfg) -> int:
+
+    from backflip.config import SECTIONS, RunOptions, describe, domain_of, format_value
 
     current = cfg.flat()
     sections = [("", type(cfg.hp)), ("", RunOptions)] + [(f"{k}.", c) for k, c in SECTIONS.items()]

@@ -29,8 +29,8 @@ on copies seeded `eval_seed(s) + i`: evaluation never replays a training episode
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 import time
 from pathlib import Path
 
@@ -62,7 +62,7 @@ EVAL_SEED_OFFSET = 500  # evaluation copies never share seeds with training copi
 
 def new_run_id() -> str:
     """Sortable and unique across concurrent launches: 20261122-074502-3f9a."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(2).hex()
 
 
 def seed_dir(run_dir: Path, seed: int) -> Path:
