@@ -612,7 +612,8 @@ def person_run(home, delay: float) -> tuple[dict, list]:
         "--set", "prefs.pretrain_updates=20", "--set", "prefs.round_updates=10",
         "--set", "prefs.tick_steps=1024", "--set", "prefs.rm_updates_per_kstep=5",
         "--set", "prefs.reward_input=progress", "--set", "eval_episodes=2",
-        "--set", "env.max_episode_steps=100", "--seed-list", "3", "--no-progress", "--json",
+        "--set", "env.max_episode_steps=100", "--set", "prefs.max_pending=4",
+        "--seed-list", "3", "--no-progress", "--json",
     ]  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "backflip", *args],
@@ -651,8 +652,9 @@ def person_run(home, delay: float) -> tuple[dict, list]:
 @pytest.mark.slow
 def test_a_persons_run_depends_on_the_answers_not_on_when_they_come(tmp_path):
     # lockstep (prefs.max_debt=0, the default): each label is asked when it falls due and the
-    # policy waits for it, so a quick and a slow person giving the same answers train the same
-    # reward model and the same policy
+    # policy waits for it, and the pairs are chosen when asked for, whatever fits in the database
+    # (4 pending here, 15 initial labels), so a quick and a slow person giving the same answers
+    # see the same pairs and train the same reward model and the same policy
     (tmp_path / "quick").mkdir(), (tmp_path / "slow").mkdir()
     quick, quick_labels = person_run(tmp_path / "quick", delay=0.0)
     slow, slow_labels = person_run(tmp_path / "slow", delay=0.15)

@@ -304,7 +304,8 @@ class Pipeline:
         self.schedule = LabelSchedule(0, 0, 1)
         self.step = 0
         self.lock = threading.Lock()  # the store and the stats, shared with the worker thread
-        self.asked = 0  # queries created by this run (labeled, skipped or pending)
+        self.asked = 0  # queries chosen by this run (labeled, skipped, pending or in the backlog)
+        self.backlog: deque = deque()  # a person's chosen pairs not yet in the database
         self.segments_out = 0
         self.updates_done = 0
         self.rm_stats: dict[str, float] = {}
@@ -375,45 +376,26 @@ class Pipeline:
         return self.ended is not None
 
     def ask(self, n: int) -> int:
-        """Create up to `n` queries from the store; the synthetic labeler answers them at once."""
-        if n <= 0 or self.check_ended():
+        """Choose `n` more queries from the store; the synthetic labeler answers them at once. A
+        person's wait in `backlog` and go to the database as its pending queries leave room
+        (`max_pending`): the pairs are chosen when they are asked for, all at once, so which
+        pairs a person sees never depends on how fast they answer. Returns how many were chosen."""
+        if self.check_ended():
             return 0
-        if self.human:
-            n = min(n, self.cfg.max_pending - self.db.counts()["pending"])
         if self.cfg.stall_labels_after >= 0:  # fault injection: the labeler goes silent
             n = min(n, self.cfg.stall_labels_after - self.asked)
-            if n <= 0:
-                return 0
-        labeled = None
-        if self.cfg.selection == "k-center":  # the pairs labeled so far (as of the last round)
-            labeled = [
-                (self.pairs.segments[i][0].obs, self.pairs.segments[j][0].obs)
-                for i, j in zip(self.pairs.left, self.pairs.right, strict=True)
-            ]
-        with self.lock:
-            pairs = select_pairs(
-                self.store,
-                n,
-                self.rng,
-                self.cfg.selection,
-                self.snap if self.model.updates else None,
-                self.cfg.oversample,
-                labeled,
-            )
-            # skip and equal thresholds: relative to the returns of recent experience
-            thresholds = None
-            if not self.human and self.teacher.needs_reference:
-                thresholds = self.teacher.thresholds([s.true_return for s in self.store.items])
-        for i, (left, right) in enumerate(pairs):
-            if self._phase is not None and self._phase[0] == INITIAL_LABELS:
-                self.progress(INITIAL_LABELS, self.asked + i, self.schedule.total, "labels")
-            if self.human:
-                shared = (
-                    self.cfg.double_share > 0 and self.share_rng.random() < self.cfg.double_share
-                )
-                needs = 2 if shared else 1
-                self.db.add_query(left, right, self.step, self.cfg.selection, needs=needs)
-            else:
+        pairs = self.choose(n) if n > 0 else []
+        if self.human:
+            self.backlog.extend((left, right, self.step) for left, right in pairs)
+            self.show_queries()
+        else:
+            with self.lock:  # skip and equal thresholds: relative to recent experience's returns
+                thresholds = None
+                if self.teacher.needs_reference:
+                    thresholds = self.teacher.thresholds([s.true_return for s in self.store.items])
+            for i, (left, right) in enumerate(pairs):
+                if self._phase is not None and self._phase[0] == INITIAL_LABELS:
+                    self.progress(INITIAL_LABELS, self.asked + i, self.schedule.total, "labels")
                 label = self.teacher.label(left, right, self.rng, thresholds)
                 self.db.add_query(
                     left,
@@ -427,6 +409,36 @@ class Pipeline:
         self.asked += len(pairs)
         self.segments_out += 2 * len(pairs)
         return len(pairs)
+
+    def choose(self, n: int) -> list:
+        """`n` pairs of segments from the store, by `prefs.selection`."""
+        labeled = None
+        if self.cfg.selection == "k-center":  # the pairs labeled so far (as of the last round)
+            labeled = [
+                (self.pairs.segments[i][0].obs, self.pairs.segments[j][0].obs)
+                for i, j in zip(self.pairs.left, self.pairs.right, strict=True)
+            ]
+        with self.lock:
+            return select_pairs(
+                self.store,
+                n,
+                self.rng,
+                self.cfg.selection,
+                self.snap if self.model.updates else None,
+                self.cfg.oversample,
+                labeled,
+            )
+
+    def show_queries(self) -> None:
+        """Move chosen pairs from the backlog into the database while fewer than `max_pending`
+        of this run's queries wait for an answer there."""
+        room = self.cfg.max_pending - self.db.counts()["pending"] if self.backlog else 0
+        while room > 0 and self.backlog:
+            left, right, step = self.backlog.popleft()
+            shared = self.cfg.double_share > 0 and self.share_rng.random() < self.cfg.double_share
+            needs = 2 if shared else 1
+            self.db.add_query(left, right, step, self.cfg.selection, needs=needs)
+            room -= 1
 
     def label_debt(self) -> int:
         """Labels due by now that have not been answered (none once labeling was ended)."""
