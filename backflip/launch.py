@@ -213,6 +213,12 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
                 if is_enospc(e) and status["status"] != "failed":
                     status.update(status="failed", error=failure_text(e, run))
                 traceback.print_exc()
+            # the live doctor's last word: the verdicts the summary will give, where they differ
+            # from the lines it printed during training
+            for monitor in run.monitors:
+                if hasattr(monitor, "final") and status["status"] != "failed":
+                    for line in monitor.final(folder, job.config):
+                        on_warning(line)
             status["steps"] = getattr(run, "step", 0)
             status.update({k: v for k, v in run.result.items() if k != "eval_returns"})
             if "eval_return" in run.result:
@@ -362,8 +368,9 @@ class Display:
                 self.print(f"{self._name(i)}: {msg[2]}")
                 self.printed[i] = now
             self.states[i] = state
-        elif kind == "warning":
-            self.print(f"{self._name(i)}: warning: {msg[2]}")
+        elif kind == "warning":  # the live doctor's lines start with their own severity
+            known = msg[2].split(":", 1)[0] in ("error", "warning", "info")
+            self.print(f"{self._name(i)}: {msg[2] if known else 'warning: ' + msg[2]}")
 
     def update(self, i, step=None, sps=None, ret=None, status=None):
         fields = {}
