@@ -92,17 +92,11 @@ BACKFLIP_HEALTHY = [
     ("a2c", "Acrobot-v1", 200_000, {}),
     ("dqn", "CartPole-v1", None, {}),
     ("dqn", "Acrobot-v1", 60_000, {}),
-    # rl-zoo's MountainCar-v0 entry, in backflip's names
-    ("dqn", "MountainCar-v0", 120_000, {
-        "lr": 4e-3, "batch_size": 128, "buffer_size": 10_000, "learning_starts": 1000,
-        "gamma": 0.98, "train_every": 16, "gradient_steps": 8, "target_every": 600,
-        "eps_fraction": 0.2, "eps_end": 0.07, "n_step": 1,
-    }),
     ("sac", "Pendulum-v1", None, {}),
     ("td3", "Pendulum-v1", None, {}),
-    ("sac", "InvertedPendulum-v5", 20_000, {}),
-    ("td3", "InvertedPendulum-v5", 20_000, {}),
-    ("sac", "MountainCarContinuous-v0", 50_000, {
+    ("sac", "InvertedPendulum-v5", 10_000, {}),
+    ("td3", "InvertedPendulum-v5", 10_000, {}),
+    ("sac", "MountainCarContinuous-v0", 30_000, {
         "lr": 3e-4, "batch_size": 512, "train_every": 32, "gradient_steps": 32,
         "gamma": 0.9999, "tau": 0.01, "alpha_init": 0.1, "autotune_alpha": False,
         "hidden": "64,64",
@@ -167,19 +161,18 @@ SB3_ZOO = {
 }  # fmt: skip
 SB3_HEALTHY = [  # (algo, env, steps): the zoo's budget, or shorter where it is long
     ("ppo", "CartPole-v1", 100_000),
-    ("ppo", "Acrobot-v1", 200_000),  # zoo: 1e6
+    ("ppo", "Acrobot-v1", 100_000),  # zoo: 1e6
     ("ppo", "Pendulum-v1", 100_000),
-    ("ppo", "InvertedPendulum-v5", 100_000),
-    ("a2c", "CartPole-v1", 200_000),  # zoo: 5e5
-    ("a2c", "Acrobot-v1", 200_000),  # zoo: 5e5
+    ("ppo", "InvertedPendulum-v5", 50_000),
+    ("a2c", "CartPole-v1", 100_000),  # zoo: 5e5
+    ("a2c", "Acrobot-v1", 100_000),  # zoo: 5e5
     ("dqn", "CartPole-v1", 50_000),
-    ("dqn", "Acrobot-v1", 60_000),  # zoo: 1e5
     ("dqn", "MountainCar-v0", 120_000),
     ("sac", "Pendulum-v1", 20_000),
     ("sac", "MountainCarContinuous-v0", 50_000),
-    ("sac", "InvertedPendulum-v5", 20_000),
+    ("sac", "InvertedPendulum-v5", 10_000),
     ("td3", "Pendulum-v1", 20_000),
-    ("td3", "InvertedPendulum-v5", 20_000),
+    ("td3", "InvertedPendulum-v5", 10_000),
 ]
 SB3_FAULT_SETTINGS = {  # as tests/sb3_logs.py
     "ent_coef=-1": {"ent_coef": -1.0},
@@ -218,14 +211,14 @@ SB3_FAULTS = [  # (algo, fault, steps, expected rule)
 # CleanRL: (script, env, steps, arguments); its own defaults otherwise
 CLEANRL_HEALTHY = [
     ("ppo", "CartPole-v1", 100_000, []),
-    ("ppo", "Acrobot-v1", 200_000, []),
+    ("ppo", "Acrobot-v1", 100_000, []),
     ("dqn", "CartPole-v1", 100_000, []),
     ("dqn", "Acrobot-v1", 100_000, []),
     ("sac_continuous_action", "Pendulum-v1", 20_000, []),
     ("td3_continuous_action", "Pendulum-v1", 20_000, ["--learning-starts", "10000"]),
-    ("sac_continuous_action", "InvertedPendulum-v4", 20_000, []),
-    ("ppo_continuous_action", "InvertedPendulum-v4", 100_000, []),
-    ("sac_continuous_action", "MountainCarContinuous-v0", 50_000, []),
+    ("sac_continuous_action", "InvertedPendulum-v4", 10_000, ["--learning-starts", "1000"]),
+    ("ppo_continuous_action", "InvertedPendulum-v4", 50_000, []),
+    ("sac_continuous_action", "MountainCarContinuous-v0", 30_000, []),
 ]
 CLEANRL_FAULTS = [  # (script, fault, steps, arguments, expected rule)
     ("ppo", "ent_coef=-1", 30_000, ["--ent-coef", "-1"], "entropy-collapse"),
@@ -271,7 +264,8 @@ def jobs(libs: set[str], only: str | None) -> list[Job]:
             for script, fault, steps, args, rule in CLEANRL_FAULTS:
                 job = Job("cleanrl", script, "CartPole-v1", steps, fault, rule, {"args": args})
                 out.append(job)
-    return out
+    # the short fault runs first, then the healthy ones, longest first within each library
+    return sorted(out, key=lambda j: (j.fault is None, -j.steps))
 
 
 # --- running one job ------------------------------------------------------------------------------
