@@ -397,6 +397,7 @@ def _cleanrl_launch(script: str, env_id: str, fault: str, *args: str) -> None:
 
 def diagnose_job(job: Job, cache: Path, done: dict) -> dict | None:
     from backflip.doctor import examine
+    from backflip.doctor.series import progress
     from backflip.doctor.sources import resolve_target, tail_score
 
     folder = cache / job.key
@@ -415,11 +416,13 @@ def diagnose_job(job: Job, cache: Path, done: dict) -> dict | None:
         final = tail_score(target.runs[0]) if target.runs else None
     findings = [f.to_dict() for f in examine(target)]
     learned = final is not None and final >= LEARNED.get(job.env, float("inf"))
+    p = progress(target.runs[0]) if target.runs else None
     return {
         **asdict(job),
         "key": job.key,
         "final": final,
         "learned": bool(learned),
+        "improved": bool(p is not None and p.improved),
         "seconds": done.get("seconds"),
         "returncode": done.get("returncode"),
         "findings": [
@@ -482,13 +485,15 @@ def tables(results: list[dict]) -> str:
         lines += [
             "**Runs that did not learn** (the same healthy settings; the doctor should say so):",
             "",
-            "| library | algorithm | env | steps | final return (learned at) | error | warning |",
-            "|---|---|---|---|---|---|---|",
+            "| library | algorithm | env | steps | final return (learned at) | return improved "
+            "| error | warning |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for r in failed:
             lines.append(
                 f"| {LIB_NAMES[r['lib']]} | {_algo(r)} | {r['env']} | {r['steps'] or 'preset'} "
                 f"| {_fmt(r['final'])} ({_fmt(LEARNED.get(r['env']))}) | "
+                f"{'yes' if r.get('improved') else 'no'} | "
                 f"{_sev_list(r['findings'], 'error') or 0} | "
                 f"{_sev_list(r['findings'], 'warning') or 0} |"
             )
@@ -515,13 +520,17 @@ def tables(results: list[dict]) -> str:
             f"| {LIB_NAMES[r['lib']]} | {_algo(r)} | {r['fault']}{where} | `{r['expect']}` | "
             f"{got if ok else 'MISSED' + (f' ({got})' if got else '')} | {others} |"
         )
-    detected = sum(
-        any(f["severity"] in ("warning", "error") for f in r["findings"]) for r in failed
-    )
+    stuck = [r for r in failed if not r.get("improved")]  # a run that improved needs no flag
+    detected = sum(any(f["severity"] in ("warning", "error") for f in r["findings"]) for r in stuck)
     lines += [
         "",
         f"Faults found: **{found} of {len(faults)}**"
-        + (f"; runs that did not learn flagged: **{detected} of {len(failed)}**" if failed else "")
+        + (
+            f"; runs that did not learn and whose return did not improve flagged: "
+            f"**{detected} of {len(stuck)}**"
+            if failed
+            else ""
+        )
         + ".",
     ]
     return "\n".join(lines)
