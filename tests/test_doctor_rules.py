@@ -386,3 +386,16 @@ def test_q_rules_account_for_the_entropy_bonus_of_a_soft_q():
     assert "q-divergence" not in fired(soft)
     hard = data(hp={"gamma": 0.99}, train__q_mean=np.full(N, 0.99 / 0.01 * 30 * 1.2), **big)
     assert "q-divergence" in fired(hard)
+
+
+def test_q_stuck_when_the_q_network_never_learns():
+    """CleanRL's dqn.py with lr=1e-8 on CartPole: Q stayed at -0.07 for 30k steps while the
+    return rose 24 -> 96 as ε decayed onto the initial network's argmax — no rule said a word."""
+    rewards = {"env__reward_min": np.ones(N), "env__reward_max": np.ones(N)}
+    stuck = data(train__q_mean=-0.075 + rng.normal(0, 0.003, N), **rewards)
+    assert fired(stuck)["q-stuck"].severity == "warning"
+    learning = data(train__q_mean=np.linspace(0, 60, N), **rewards)
+    assert "q-stuck" not in fired(learning)
+    # without reward statistics one step's reward comes from the episodes (CleanRL)
+    eps = (STEPS, np.full(N, 96.0), np.full(N, 96.0))
+    assert "q-stuck" in fired(data(episodes=eps, train__q_mean=np.full(N, -0.07)))

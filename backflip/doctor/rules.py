@@ -1338,6 +1338,59 @@ def q_divergence(d: RunData):
     )
 
 
+def _step_reward(d: RunData) -> float | None:
+    """The typical magnitude of one step's reward: raw env/reward_* when logged, else the
+    median |return| / length of the logged episodes."""
+    lo, hi = d.get("env/reward_min"), d.get("env/reward_max")
+    if lo is not None and hi is not None and len(lo[0]) == len(hi[0]):
+        both = np.maximum(np.abs(lo[1]), np.abs(hi[1]))
+        both = both[np.isfinite(both)]
+        return float(np.median(both)) if len(both) else None
+    if d.episodes is not None and len(d.episodes[1]):
+        _, rets, lens = d.episodes
+        ok = np.isfinite(rets) & np.isfinite(lens) & (lens > 0)
+        return float(np.median(np.abs(rets[ok] / lens[ok]))) if ok.any() else None
+    r, n = d.get(d.trained_returns.mean), d.get("rollout/ep_len_mean")
+    if r is None or n is None or len(r[0]) != len(n[0]):
+        return None
+    ok = np.isfinite(r[1]) & np.isfinite(n[1]) & (n[1] > 0)
+    return float(np.median(np.abs(r[1][ok] / n[1][ok]))) if ok.any() else None
+
+
+@rule(
+    "q-stuck",
+    row="15",
+    reads=("*/q_mean", "env/reward_*", "rollout/ep_return_mean", "rollout/ep_len_mean"),
+    threshold="over the rows after the first 20%, Q moves by less than a tenth of one step's "
+    "typical reward and never reaches one step's reward (on ≥ 10 rows, rewards not ~0)",
+    cause="the Q-network is not learning: a learning rate far too small, gradients not reaching "
+    "it, or targets that never change; the policy is whatever the initial network's argmax "
+    "happens to be (it may still beat a random policy as ε decays)",
+    check_next="the learning rate, train/update_ratio and train/grad_norm, the TD loss (does "
+    "it fall?), the target-network update",
+    source=f"{JONES}; common practice",
+)
+def q_stuck(d: RunData):
+    name = d.find(Q_PATTERN)
+    if name is None or (rho := _step_reward(d)) is None or not rho > 1e-6:
+        return None
+    steps, q = finite(d.get(name))
+    if len(q) < MIN_ROWS:
+        return None
+    late = q[len(q) // 5 :]
+    spread, top = float(np.ptp(late)), float(np.max(np.abs(late)))
+    if spread >= 0.1 * rho or top >= rho:
+        return None
+    return Hit(
+        "warning",
+        f"{name} stayed between {fmt(float(late.min()))} and {fmt(float(late.max()))} over the "
+        f"last 80% of its rows while one step's reward is ~{fmt(rho)}",
+        metric=name,
+        step=int(steps[-1]),
+        evidence={"q_min": float(late.min()), "q_max": float(late.max()), "step_reward": rho},
+    )
+
+
 # --- row 16: exploration ---------------------------------------------------------------------
 
 
