@@ -182,7 +182,10 @@ BROKEN = [
     ("no learning", "CartPole-v1", 20_000, ["lr=1e-8"], "entropy-flat", "error"),
     ("KL blow-up", "CartPole-v1", 20_000, ["lr=0.01", "clip=1e6", "max_grad_norm=0"],
      "kl-large", "error"),
-    ("value coef 0", "CartPole-v1", 20_000, ["vf_coef=0"], "explained-variance", "error"),
+    # without a value baseline PPO still improves on CartPole (return 16 -> 27 in 2e4 steps): a
+    # health signal alone is a warning (issue 23); with a flat return it is an error
+    # (test_doctor_rules.py: test_explained_variance_is_an_error_only_when_the_return_is_flat_too)
+    ("value coef 0", "CartPole-v1", 20_000, ["vf_coef=0"], "explained-variance", "warning"),
     ("rewards x1000", "CartPole-v1", 20_000, ["env.reward_scale=1000"], "reward-scale",
      "warning"),
     ("obs x1000+500", "CartPole-v1", 20_000, ["env.obs_scale=1000", "env.obs_shift=500"],
