@@ -550,7 +550,7 @@ def main():
     p.add_argument("--jobs", type=int, default=2, help="runs at once (one process each)")
     p.add_argument("--libs", default="backflip,sb3,cleanrl")
     p.add_argument("--only", choices=("healthy", "faults"))
-    p.add_argument("--match", help="only jobs whose key contains this")
+    p.add_argument("--match", help="only jobs whose key contains one of these (comma-separated)")
     p.add_argument("--no-train", action="store_true", help="diagnose the cached runs only")
     p.add_argument("--markdown", help="write the tables here")
     args = p.parse_args()
@@ -558,7 +558,7 @@ def main():
     cache.mkdir(parents=True, exist_ok=True)
     todo = jobs(set(args.libs.split(",")), args.only)
     if args.match:
-        todo = [j for j in todo if args.match in j.key]
+        todo = [j for j in todo if any(m in j.key for m in args.match.split(","))]
     cleanrl = Path(args.cleanrl).resolve() if args.cleanrl else None
     print(f"{len(todo)} runs, cache {cache}, load average {os.getloadavg()[0]:.1f}", flush=True)
     t0 = time.time()
