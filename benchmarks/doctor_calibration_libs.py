@@ -119,7 +119,7 @@ BACKFLIP_FAULTS_OFFPOLICY = [  # (algo, fault, env, steps, settings, expected ru
     ("dqn", "eps stuck at 1", "CartPole-v1", 20_000, {"eps_end": 1.0}, "epsilon-stuck"),
     ("dqn", "rewards x1000", "CartPole-v1", 20_000, {"env.reward_scale": 1000}, "reward-scale"),
     ("dqn", "NaN rewards", "CartPole-v1", 20_000, {"env.nan_reward_at": 3000}, "nonfinite"),
-    ("sac", "lr=1e-8", "Pendulum-v1", 10_000, {"lr": 1e-8}, "never-better"),
+    ("sac", "lr=1e-8", "Pendulum-v1", 10_000, {"lr": 1e-8}, "entropy-flat"),
 ]
 
 # Stable-Baselines3: rl-baselines3-zoo's hyperparameters (hyperparams/*.yml, 2.x)
@@ -221,7 +221,8 @@ CLEANRL_HEALTHY = [
     ("sac_continuous_action", "MountainCarContinuous-v0", 30_000, []),
 ]
 CLEANRL_FAULTS = [  # (script, fault, steps, arguments, expected rule)
-    # -1 only slowed CleanRL's PPO (lr 2.5e-4: entropy 0.5, return 32 -> 75 in 3e4 steps)
+    # -1 only slowed CleanRL's PPO (lr 2.5e-4: entropy 0.5, return 32 -> 75 in 3e4 steps); -10
+    # brought the entropy to 0.17 by the end, not within the first quarter, as the return rose
     ("ppo", "ent_coef=-10", 30_000, ["--ent-coef", "-10"], "entropy-collapse"),
     ("ppo", "lr=1e-8", 30_000, ["--learning-rate", "1e-8"], "entropy-flat"),
     ("ppo", "KL blow-up", 30_000,
