@@ -24,7 +24,9 @@ the catalog (docs/doctor.md, "Fault injection"):
 Each run is one seed in its own folder under `--cache`; a finished run leaves `done.json` and is
 never trained again, so an interrupted calibration resumes where it stopped. The doctor then
 reads every run with the rules as they are now (`backflip doctor` on the run directory or the
-TensorBoard logdir), so a changed rule is re-measured without training anything.
+TensorBoard logdir), so a changed rule is re-measured without training anything; with
+`PYTHONPATH=<a checkout of another commit>` and `--no-train`, that commit's doctor reads the same
+runs (a crash of it is counted as an error, `doctor-crash`), for a before/after comparison.
 
 A healthy run counts only if it learned: its final return (backflip: the greedy evaluation;
 SB3/CleanRL: the mean of the last 20% of logged training returns) reaches the bar in `LEARNED`.
@@ -579,7 +581,16 @@ def main():
             done = dict(pool.map(one, todo))
     results = []
     for j in todo:
-        if j.key in done and (r := diagnose_job(j, cache, done[j.key])) is not None:
+        if j.key not in done:
+            continue
+        try:
+            r = diagnose_job(j, cache, done[j.key])
+        except Exception as e:  # noqa: BLE001 — an older doctor (PYTHONPATH=a checkout) may crash
+            crash = {"rule": "doctor-crash", "severity": "error", "metric": None, "step": None,
+                     "message": f"{type(e).__name__}: {str(e)[:120]}"}  # fmt: skip
+            r = {**asdict(j), "key": j.key, "final": None, "learned": j.fault is None,
+                 "improved": False, "findings": [crash]}  # fmt: skip
+        if r is not None:
             results.append(r)
     (cache / "results.json").write_text(json.dumps(results, indent=1, default=str))
     text = tables(results)
