@@ -29,7 +29,9 @@ TensorBoard logdir), so a changed rule is re-measured without training anything;
 runs (a crash of it is counted as an error, `doctor-crash`), for a before/after comparison.
 
 A healthy run counts only if it learned: its final return (backflip: the greedy evaluation;
-SB3/CleanRL: the mean of the last 20% of logged training returns) reaches the bar in `LEARNED`.
+SB3: a greedy evaluation of 10 episodes, or for runs made before it was added the last logged
+`ep_rew_mean`, the mean of the last 100 episodes; CleanRL: the mean of the last 20% of its
+episodes) reaches the bar in `LEARNED`.
 Runs that did not get there are listed apart as "did not learn": the doctor must say something
 (a warning or an error) about them, like about a fault. Targets (issue 23): 0 errors on healthy
 runs, >= 95% of faults found (a warning or an error of the expected rule, or of any rule for a
@@ -362,6 +364,11 @@ def _sb3_child(spec: str, logdir: str) -> None:
     log_interval = {"dqn": 4, "sac": 4, "td3": 4}.get(job.algo, 1)
     try:
         model.learn(job.steps, tb_log_name=job.algo.upper(), log_interval=log_interval)
+        if not job.fault:  # the final policy's greedy return, as backflip's final evaluation
+            from stable_baselines3.common.evaluation import evaluate_policy
+
+            mean, _ = evaluate_policy(model, venv, n_eval_episodes=10, deterministic=True)
+            (Path(logdir).parent / "final.json").write_text(json.dumps({"greedy": mean}))
     except (ValueError, RuntimeError) as e:
         if not (job.fault or "").startswith("NaN"):
             raise
@@ -419,6 +426,13 @@ def diagnose_job(job: Job, cache: Path, done: dict) -> dict | None:
             return None
         target = resolve_target(str(tb), folder)
         final = tail_score(target.runs[0]) if target.runs else None
+        if job.lib == "sb3" and target.runs:
+            # SB3 logs only a rolling mean over 100 episodes: its last value is the latest
+            # estimate (a short run's includes its random start); a greedy evaluation if made
+            if (folder / "final.json").exists():
+                final = json.loads((folder / "final.json").read_text())["greedy"]
+            elif (s := target.runs[0].get("rollout/ep_return_mean")) is not None:
+                final = float(s[1][-1])
     findings = [f.to_dict() for f in examine(target)]
     learned = final is not None and final >= LEARNED.get(job.env, float("inf"))
     p = progress(target.runs[0]) if target.runs else None
