@@ -502,7 +502,8 @@ def tables(results: list[dict]) -> str:
     ]
     if failed:
         lines += [
-            "**Runs that did not learn** (the same healthy settings; the doctor should say so):",
+            "**Runs below the bar** (healthy settings, short budgets; one whose return did not "
+            "improve must draw a warning or an error, one whose return improved needs none):",
             "",
             "| library | algorithm | env | steps | final return (learned at) | return improved "
             "| error | warning |",
@@ -545,7 +546,7 @@ def tables(results: list[dict]) -> str:
         "",
         f"Faults found: **{found} of {len(faults)}**"
         + (
-            f"; runs that did not learn and whose return did not improve flagged: "
+            f"; runs below the bar whose return did not improve flagged: "
             f"**{detected} of {len(stuck)}**"
             if failed
             else ""
