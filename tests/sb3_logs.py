@@ -16,7 +16,7 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from backflip.envs.wrappers import AffineObservation, GrowingWork, NaNRewardAfter, ScaleReward
+from backflip.envs.faults import AffineObservation, GrowingWork, NaNRewardAfter, ScaleReward
 
 ZOO = {
     "ppo": dict(

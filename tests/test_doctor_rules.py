@@ -103,7 +103,9 @@ def test_kl_rules():
 
 def test_explained_variance_ignores_fitted_constant_targets():
     ev = rng.normal(-0.02, 0.05, N)
-    assert fired(data(train__explained_var=ev))["explained-variance"].severity == "error"
+    flat = flat_returns()  # the return says something is wrong too (see the issue-23 tests)
+    f = fired(data(train__explained_var=ev, rollout__ep_return_mean=flat))
+    assert f["explained-variance"].severity == "error"
     healthy = np.r_[np.linspace(0, 0.95, 20), rng.normal(-1, 1, N - 20)]  # targets all 50
     vloss = np.r_[np.full(20, 5.0), np.full(N - 20, 1e-6)]
     assert "explained-variance" not in fired(
@@ -256,7 +258,9 @@ def test_a_rule_that_crashes_becomes_an_info_finding(monkeypatch):
     broken = fmod.Rule("broken", "-", (), "t", "c", "n", "s", False, lambda d: 1 / 0)
     monkeypatch.setattr(fmod, "RULES", [*fmod.RULES, broken])
     monkeypatch.setattr("backflip.doctor.RULES", fmod.RULES)
-    out = diagnose(data(train__approx_kl=np.full(N, 0.01)))
+    out = diagnose(
+        data(train__approx_kl=np.full(N, 0.01), rollout__ep_return_mean=learning_returns())
+    )
     assert [f.rule for f in out] == ["doctor-error"] and "ZeroDivisionError" in out[0].message
 
 
@@ -271,3 +275,127 @@ def test_rules_about_the_learned_reward_call_it_the_learned_reward():
     assert "per-step learned rewards (r̂) reach" in fired(prefs)["reward-scale"].message
     # a learned-reward return rising is no finding on an ordinary run (there is no other)
     assert "reward-model-gamed" not in fired(data(rollout__ep_return_mean=learning_returns()))
+
+
+# --- issue 23: a health signal reaches `error` only when the return says something is wrong ----
+
+
+def test_explained_variance_is_an_error_only_when_the_return_is_flat_too():
+    """A peer library's healthy run (return rising steadily) drew an `error` from a rule that
+    can't tell a learning run from a broken one: with a rising return it is a warning."""
+    ev = rng.normal(-0.02, 0.05, N)
+    learning = fired(data(train__explained_var=ev, rollout__ep_return_mean=learning_returns()))
+    assert learning["explained-variance"].severity == "warning"
+    assert "return" in learning["explained-variance"].message
+    flat = fired(data(train__explained_var=ev, rollout__ep_return_mean=flat_returns()))
+    assert flat["explained-variance"].severity == "error"
+
+
+def test_a_solved_run_is_not_collapsed():
+    """PPO on Acrobot-v1 at -76.9 (its threshold is -100): a deterministic policy that solves
+    the task is no premature collapse."""
+    ent = np.r_[np.linspace(1, 0.05, 8), np.full(N - 8, 0.03)]
+    solved = np.r_[np.linspace(-500, -80, 8), -77 + rng.normal(0, 2, N - 8)]
+    d = data(train__entropy_norm=ent, rollout__ep_return_mean=solved)
+    d.env_id = "Acrobot-v1"
+    assert "entropy-collapse" not in fired(d)
+    d.env_id = None  # the same curves without the task's threshold: it improved, a warning
+    assert fired(d)["entropy-collapse"].severity == "warning"
+
+
+def test_entropy_collapse_waits_for_the_return_before_calling_it_an_error():
+    """Live, at 30% of training, the return can't be judged yet: a warning, never an error that
+    the summary later contradicts; from half of training on a flat return makes it an error."""
+    ent = np.r_[np.linspace(1, 0.01, 5), np.full(N - 5, 0.01)]
+    flat = 9 + rng.normal(0, 0.3, N)
+    early = data(train__entropy_norm=ent[:18], rollout__ep_return_mean=flat[:18])
+    early.metrics = {k: (s[:18], v) for k, (s, v) in early.metrics.items()}
+    f = fired(early)["entropy-collapse"]
+    assert f.severity == "warning" and "can't be judged" in f.message
+    assert (
+        fired(data(train__entropy_norm=ent, rollout__ep_return_mean=flat))[
+            "entropy-collapse"
+        ].severity
+        == "error"
+    )
+
+
+def test_live_lines_carry_one_severity_and_announce_a_change():
+    from backflip.config import resolve
+    from backflip.doctor.live import LiveDoctor
+
+    cfg = resolve("ppo", "CartPole-v1", [0], END)
+    live = LiveDoctor(cfg, every_s=0.0)
+    lines = []
+    for i, step in enumerate(STEPS):
+        lines += live(int(step), {"train/entropy_norm": 0.01 if i >= 4 else 1.0 - 0.2 * i,
+                                  "rollout/ep_return_mean": 9.0 + 0.1 * (i % 3)})  # fmt: skip
+    collapse = [line for line in lines if "entropy-collapse" in line]
+    assert collapse[0].startswith("warning: entropy-collapse at step ")
+    assert "(error)" not in collapse[0] and "(warning)" not in collapse[0]
+    assert (
+        collapse[1].startswith("error: entropy-collapse at step ")
+        and "(was a warning)" in (collapse[1])
+    )
+    assert len(collapse) == 2
+
+
+def test_trivial_policy_at_the_do_nothing_level_of_a_task_where_that_is_not_optimal():
+    """MountainCarContinuous: a policy that learned to stand still scores ~0 (the zero action's
+    return) where 90 solves the task; before, only `ep-len-constant` (an info) said anything."""
+    lens = np.full(N, 999.0)
+    still = -0.3 + rng.normal(0, 0.1, N)
+    d = data(rollout__ep_return_mean=still, rollout__ep_len_min=lens, rollout__ep_len_max=lens)
+    d.env_id = "MountainCarContinuous-v0"
+    f = fired(d)["trivial-policy"]
+    assert f.severity == "error" and "the zero action" in f.message and "90" in f.message
+    solved = data(rollout__ep_return_mean=np.linspace(-30, 93, N))
+    solved.env_id = "MountainCarContinuous-v0"
+    assert "trivial-policy" not in fired(solved)
+    # CartPole: one constant action scores ~10, a random policy ~22 — a policy that never
+    # learned (22) is not "trivial", one that collapsed to one action (9.4) is
+    random_level = data(rollout__ep_return_mean=flat_returns())
+    random_level.env_id = "CartPole-v1"
+    assert "trivial-policy" not in fired(random_level)
+    one_action = data(rollout__ep_return_mean=9.4 + rng.normal(0, 0.3, N))
+    one_action.env_id = "CartPole-v1"
+    assert fired(one_action)["trivial-policy"].severity == "error"
+    unknown = data(rollout__ep_return_mean=still)  # no env id: nothing to compare with
+    assert "trivial-policy" not in fired(unknown)
+
+
+def test_q_rules_account_for_the_entropy_bonus_of_a_soft_q():
+    """SAC's Q holds γ·α·H/(1−γ) besides the rewards: with Pendulum's rewards (all ≤ 0) and a
+    wide early policy (H > 0) its Q can be positive without any bug."""
+    rewards = {"env__reward_min": np.full(N, -16.0), "env__reward_max": np.full(N, -0.01)}
+    alpha, entropy = np.geomspace(1.0, 0.5, N), np.full(N, 1.2)
+    q = 0.99 / 0.01 * alpha * entropy - 20  # the entropy part, and a small reward part
+    sac = data(hp={"gamma": 0.99}, train__q_mean=q, train__alpha=alpha, train__entropy=entropy,
+               **rewards)  # fmt: skip
+    assert "value-sign" not in fired(sac)
+    plain = data(hp={"gamma": 0.99}, train__q_mean=q, **rewards)  # no α: a sign error
+    assert fired(plain)["value-sign"].severity == "warning"
+    wrong = data(hp={"gamma": 0.99}, train__q_mean=q + 500, train__alpha=alpha,
+                 train__entropy=entropy, **rewards)  # fmt: skip
+    assert "entropy bonus" in fired(wrong)["value-sign"].message
+    # q-divergence: max|r|/(1−γ) = 1600; a soft Q may add α·H/(1−γ) on top
+    big = {"env__reward_min": np.full(N, -1.0), "env__reward_max": np.full(N, 1.0)}
+    hot = np.full(N, 30.0)  # α = 30 (a bad temperature, but not divergence of Q)
+    soft = data(hp={"gamma": 0.99}, train__q_mean=np.full(N, 0.99 / 0.01 * 30 * 1.2),
+                train__alpha=hot, train__entropy=entropy, **big)  # fmt: skip
+    assert "q-divergence" not in fired(soft)
+    hard = data(hp={"gamma": 0.99}, train__q_mean=np.full(N, 0.99 / 0.01 * 30 * 1.2), **big)
+    assert "q-divergence" in fired(hard)
+
+
+def test_q_stuck_when_the_q_network_never_learns():
+    """CleanRL's dqn.py with lr=1e-8 on CartPole: Q stayed at -0.07 for 30k steps while the
+    return rose 24 -> 96 as ε decayed onto the initial network's argmax — no rule said a word."""
+    rewards = {"env__reward_min": np.ones(N), "env__reward_max": np.ones(N)}
+    stuck = data(train__q_mean=-0.075 + rng.normal(0, 0.003, N), **rewards)
+    assert fired(stuck)["q-stuck"].severity == "warning"
+    learning = data(train__q_mean=np.linspace(0, 60, N), **rewards)
+    assert "q-stuck" not in fired(learning)
+    # without reward statistics one step's reward comes from the episodes (CleanRL)
+    eps = (STEPS, np.full(N, 96.0), np.full(N, 96.0))
+    assert "q-stuck" in fired(data(episodes=eps, train__q_mean=np.full(N, -0.07)))

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from PIL import Image
 
 
@@ -29,12 +30,25 @@ def test_cartpole_report_and_its_findings(cli):
     assert rep["env_checker"]["passed"] is True
     found = rules(out)
     assert found["preflight-obs-unbounded"]["severity"] == "info"
-    assert not [f for f in out["findings"] if f["severity"] == "error"]
+    # infinite bounds are said once, as that info: not also as two of the checker's warnings
+    assert not [f for f in out["findings"] if f["severity"] != "info"], out["findings"]
+    assert len(rep["env_checker"]["warnings"]) == 2  # what the checker said is still recorded
     assert "preflight-obs-scale" not in found and "preflight-no-signal" not in found
     text = cli("preflight", "CartPole-v1").stdout
     assert (
         "random policy, 20 episodes" in text and "reset with the same seed: deterministic" in text
     )
+    assert "WARNING" not in text and "passed (2 note(s) on infinite bounds" in text
+
+
+def test_an_atari_id_resets_deterministically_through_backflips_wrappers(cli, tmp_path):
+    """EpisodicLife took FireReset's own steps after a reset for game progress: a second
+    reset(seed=s) continued the game instead of restarting it ("NOT deterministic")."""
+    pytest.importorskip("ale_py")
+    out = preflight(cli, "BreakoutNoFrameskip-v4", "--episodes", "1", "--max-steps", "300",
+                    "--sheet", tmp_path / "s.png")  # fmt: skip
+    assert out["report"]["determinism"]["reset_same_seed"] is True, out["report"]["determinism"]
+    assert "preflight-reset-nondeterministic" not in rules(out)
 
 
 def test_scaled_observations_and_rewards_are_flagged(cli):

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from backflip.doctor import rules as _rules  # noqa: F401 — registers the rules
+from backflip.doctor import tasks
 from backflip.doctor.findings import RULES, Finding, Hit, Rule, make_finding, sort_findings
 from backflip.doctor.seeds import SEED_RULES, SeedSet
 from backflip.doctor.series import RunData, progress
@@ -85,7 +86,7 @@ def seed_set(target: Target) -> SeedSet | None:
             early.append(p.early)
     if len(finals) < 2:
         return None
-    threshold = _reward_threshold(target.env_id)
+    threshold = tasks.reward_threshold(target.env_id)
     if evals == len(target.runs):
         basis = "greedy evaluation"
     else:  # `tail_score` read each run's task return (the true return on a preference run)
@@ -94,17 +95,6 @@ def seed_set(target: Target) -> SeedSet | None:
     return SeedSet(
         labels, np.array(finals), float(np.mean(early)) if early else None, threshold, basis
     )
-
-
-def _reward_threshold(env_id: str | None) -> float | None:
-    if not env_id:
-        return None
-    try:
-        from backflip.envs import check_env_id
-
-        return check_env_id(env_id).reward_threshold
-    except Exception:  # noqa: BLE001 — an env that no longer exists: no threshold
-        return None
 
 
 def examine(target: Target) -> list[Finding]:

@@ -141,7 +141,14 @@ def _run_checker(report: Preflight, spec) -> None:
     if error:
         report.add("env-checker", "error", f"Gymnasium's env checker failed: {error}")
     for m in messages:
+        if INFINITE_BOUND.search(m):  # said once, as the info `obs-unbounded`, with the dims
+            continue
         report.add("env-checker", "warning", f"Gymnasium's env checker: {m}")
+
+
+# the checker's warnings about a Box space's infinite bounds (CartPole's velocities): a normal
+# declaration, reported by `obs-unbounded` (info) with the dimensions, not as two warnings
+INFINITE_BOUND = re.compile(r"(maximum|minimum) value is -?infinity")
 
 
 def _check_atari(report: Preflight, spec) -> None:
@@ -379,7 +386,8 @@ def _check_observations(report: Preflight, space, frames: dict) -> None:
             "info",
             f"{len(unbounded)} dimension(s) have infinite bounds "
             f"({_dim_list(unbounded)}): scaling can't rely on the declared space; use "
-            "running normalization",
+            "running normalization (Gymnasium's env checker warns about such bounds; they are "
+            "common and harmless when the values stay small)",
             metric="observation",
             dims=[d["dim"] for d in unbounded],
         )
@@ -495,10 +503,13 @@ def render(report: Preflight) -> str:
         f"{sp.get('max_episode_steps')}"
     )
     ck = report.checker
+    said = [m for m in ck.get("warnings", []) if not INFINITE_BOUND.search(m)]
+    bounds = len(ck.get("warnings", [])) - len(said)
     lines.append(
         "  Gymnasium env checker: "
         + ("passed" if ck.get("passed") else "FAILED")
-        + (f" with {len(ck['warnings'])} warning(s)" if ck.get("warnings") else "")
+        + (f" with {len(said)} warning(s)" if said else "")
+        + (f" ({bounds} note(s) on infinite bounds: see obs-unbounded)" if bounds else "")
     )
     r = report.random
     if r.get("episodes"):

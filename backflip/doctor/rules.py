@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from backflip.doctor import tasks
 from backflip.doctor.findings import Hit, rule
 from backflip.doctor.series import (
     LEARNED_RETURNS,
+    Progress,
     RunData,
     after_warmup,
     finite,
@@ -63,7 +66,53 @@ def _gamma(d: RunData) -> float | None:
     return float(g) if isinstance(g, int | float) else None
 
 
-# --- entry 1: non-finite values -------------------------------------------------------------------
+@dataclass
+class Verdict:
+    """What the return says about a run, for rules that read a health signal (entropy,
+    explained variance): such a rule reaches `error` only when the return also says something
+    is wrong, and says nothing of a collapse on a solved run."""
+
+    p: Progress | None
+    judged: bool
+    """half of the planned training is seen (live, before that, the return can't be judged)"""
+    threshold: float | None
+    """the env's reward_threshold, when it has one"""
+
+    @property
+    def solved(self) -> bool:
+        return self.p is not None and self.threshold is not None and self.p.late >= self.threshold
+
+    @property
+    def improved(self) -> bool:
+        return self.p is not None and self.p.improved
+
+    @property
+    def wrong(self) -> bool:
+        """The return says something is wrong: judged, not improved, not solved."""
+        return self.judged and self.p is not None and not self.improved and not self.solved
+
+    def describe(self) -> str:
+        if self.p is None:
+            return "no return logged"
+        text = f"the {self.p.describe()}"
+        if self.solved:
+            return text + f", at or above the task's threshold {fmt(self.threshold)} (solved)"
+        if not self.judged:
+            return text + " so far (the return can't be judged before half of training)"
+        return text
+
+    def evidence(self) -> dict:
+        ev = self.p.evidence() if self.p else {}
+        return {**ev, "reward_threshold": self.threshold, "solved": self.solved}
+
+
+def verdict(d: RunData) -> Verdict:
+    p = progress(d)
+    judged = p is not None and d.end >= 0.5 * d.horizon
+    return Verdict(p, judged, tasks.reward_threshold(d.env_id))
+
+
+# --- entry 1: non-finite values ---------------------------------------------------------------
 
 
 @rule(
@@ -154,7 +203,33 @@ def short_run(d: RunData):
     return None
 
 
-# --- entry 3: policy entropy ----------------------------------------------------------------------
+@rule(
+    "no-returns",
+    entry="-",
+    reads=("rollout/ep_return_mean", "episodes", TRUE_READ),
+    threshold="metric rows but no episode return at all",
+    cause="no episode finished within the budget, or the writer did not log returns: CleanRL's "
+    "scripts under Gymnasium 1.x log none (they read infos['final_info'], which Gymnasium 1.0 "
+    "removed)",
+    check_next="the episodes' length against the budget; for CleanRL, Gymnasium 0.29 (the "
+    "version its scripts declare). The rules about the return were skipped",
+    source="backflip",
+)
+def no_returns(d: RunData):
+    if not _rows(d) or d.get(d.returns.mean) is not None or d.episodes is not None:
+        return None
+    seen = f"{_rows(d)} metric rows up to step {d.end:,} and no episode {d.returns.name}"
+    if d.source == "cleanrl":
+        return Hit(
+            "info",
+            seen + " (no charts/episodic_return)",
+            cause="CleanRL's scripts log episode returns from infos['final_info'], which "
+            "Gymnasium 1.0 removed: under Gymnasium 1.x they log none",
+        )
+    return Hit("info", seen)
+
+
+# --- entry 3: policy entropy -----------------------------------------------------------------
 
 
 @rule(
@@ -168,7 +243,8 @@ def short_run(d: RunData):
         TRUE_READ,
     ),
     threshold="normalized entropy > 0.95 after warm-up (Box actions: policy std within 5% and "
-    "entropy within 0.05 nats of its start) while the return does not improve",
+    "entropy within 0.05 nats of its start) while the return does not improve (and is not at "
+    "the env's reward_threshold)",
     cause="the policy is not learning: learning rate far too small, gradients not reaching the "
     "policy, or an advantage that is always ~0",
     check_next="train/update_ratio and train/grad_norm (are weights moving?), the learning "
@@ -176,7 +252,8 @@ def short_run(d: RunData):
     source=f"{SCHULMAN}; {RAHTZ}",
 )
 def entropy_flat(d: RunData):
-    if _rows(d) < MIN_ROWS or (p := progress(d)) is None or p.improved:
+    v_ = verdict(d)
+    if _rows(d) < MIN_ROWS or (p := v_.p) is None or p.improved or v_.solved:
         return None
     end = d.horizon
     if (s := d.get("train/entropy_norm")) is not None:
@@ -230,8 +307,10 @@ def entropy_flat(d: RunData):
     entry="3",
     reads=("train/entropy_norm", "train/policy_std", "rollout/ep_return_mean", TRUE_READ),
     threshold="normalized entropy < 0.1 (Box: policy std < 5% of its start) within the first "
-    "25% of training: error when the return does not improve, warning when it does (catalog: "
-    "< 0.05 in 20%; healthy runs measured never went below 0.15)",
+    "25% of training: error when the return does not improve (judged from half of training on), "
+    "warning when it does or can't be judged yet, nothing when the return reached the env's "
+    "reward_threshold (a solved task allows a deterministic policy) (catalog: < 0.05 in 20%; "
+    "healthy runs measured never went below 0.15)",
     cause="premature collapse to one action: a negative or far too small entropy bonus, a "
     "learning rate too high, or rewards so large the first updates overshoot",
     check_next="the entropy coefficient's sign and size, the reward scale, the learning rate",
@@ -255,27 +334,30 @@ def entropy_collapse(d: RunData):
     if not early.any():
         return None
     i = int(np.argmax(early))
-    p = progress(d)
-    if p is None and d.end < 0.5 * end:  # live, too early to judge the return
+    ret = verdict(d)
+    if ret.solved:  # a deterministic policy that solves the task is no collapse
+        return None
+    if ret.p is None:
         r = d.returns
         returns = d.get(r.mean)
-        note = f", {r.name} {fmt(float(returns[1][-1]))}" if returns is not None else ""
+        note = f"; {r.name} {fmt(float(returns[1][-1]))} so far" if returns is not None else ""
     else:
-        note = f"; the {p.describe()}" if p else ""
+        note = f"; {ret.describe()}"
     seen = (
         f"{what} fell to {fmt(float(v[i]))} (< {fmt(limit)}) at step {int(steps[i]):,}, "
         f"{100 * steps[i] / end:.0f}% into training{note}"
     )
-    improved = p is not None and p.improved
+    if ret.improved:
+        seen += " (it improved, but may be stuck where the collapse left it)"
     return Hit(
-        "warning" if improved else "error",
-        seen + (" (it improved, but may be stuck where the collapse left it)" if improved else ""),
+        "error" if ret.wrong else "warning",
+        seen,
         metric=metric,
         step=int(steps[i]),
         evidence={
             "value": float(v[i]),
             "fraction_of_training": float(steps[i] / end),
-            **(p.evidence() if p else {}),
+            **ret.evidence(),
         },
     )
 
@@ -424,10 +506,17 @@ def kl_large(d: RunData):
 @rule(
     "explained-variance",
     entry="5",
-    reads=("train/explained_var", "train/value_loss", "rollout/return_target_mean"),
+    reads=(
+        "train/explained_var",
+        "train/value_loss",
+        "rollout/return_target_mean",
+        "rollout/ep_return_mean",
+        TRUE_READ,
+    ),
     threshold="after warm-up: median ≤ 0.05 (≈ 0: no better than a constant) and 90th "
     "percentile < 0.2 (rows where the value loss is < 1e-4 × target² — targets nearly "
-    "constant and fitted — are skipped)",
+    "constant and fitted — are skipped); error when the return does not improve either, "
+    "warning otherwise",
     cause="the value function is not learning (value loss weight 0, no gradient reaching the "
     "value head, a wrong target) or does no better than a constant",
     check_next="the value-loss coefficient, that the value head receives gradients, the value "
@@ -451,13 +540,14 @@ def explained_variance(d: RunData):
     med, p90 = float(np.median(v)), float(np.quantile(v, 0.9))
     if med > 0.05 or p90 >= 0.2:
         return None
+    ret = verdict(d)
     return Hit(
-        "error",
+        "error" if ret.wrong else "warning",
         f"explained variance stayed at or below ~0 after warm-up (median {fmt(med)}, 90th percentile "
-        f"{fmt(p90)} over {len(v)} rows)",
+        f"{fmt(p90)} over {len(v)} rows); {ret.describe()}",
         metric="train/explained_var",
         step=int(steps[-1]),
-        evidence={"median": med, "p90": p90, "rows": len(v)},
+        evidence={"median": med, "p90": p90, "rows": len(v), **ret.evidence()},
     )
 
 
@@ -588,13 +678,51 @@ def advantage_bias(d: RunData):
 
 # --- entry 7: value sign --------------------------------------------------------------------------
 
+ENTROPY_CAP = 5.0
+"""nats per step assumed for the entropy of a soft-Q agent (SAC) that logs its α but not its
+policy's entropy (CleanRL): its Q values may then hold up to ±γ·α·5/(1−γ) of entropy bonus"""
+
+
+def _at(s, steps: np.ndarray) -> np.ndarray:
+    """A series' value at each of `steps` (the last point at or before it; the first before)."""
+    st, v = finite(s)
+    i = np.searchsorted(st, steps, side="right") - 1
+    return v[np.clip(i, 0, len(v) - 1)]
+
+
+def soft_bonus(d: RunData, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(low, high) of the entropy part of a soft Q value at `steps`: SAC's Q(s, a) holds, besides
+    the discounted rewards, the discounted entropy bonus α·H of every later step, γ·α·H/(1−γ),
+    which has the sign of H (positive for a wide policy, negative for a narrow one). Exact when
+    the run logs its policy's entropy (train/entropy), bounded by ENTROPY_CAP nats when not;
+    None for an agent without a temperature α."""
+    name = d.find(ALPHA_PATTERN)
+    if name is None or not len(steps) or len(finite(d.get(name))[0]) == 0:
+        return None
+    gamma = _gamma(d) or 0.99
+    k = gamma / (1 - gamma) if gamma < 1 else 1e6
+    alpha = np.abs(_at(d.get(name), steps))
+    if (ent := d.get("train/entropy")) is not None and len(finite(ent)[0]):
+        b = k * alpha * _at(ent, steps)
+        return b, b
+    b = k * alpha * ENTROPY_CAP
+    return -b, b
+
 
 @rule(
     "value-sign",
     entry="7",
-    reads=("rollout/value_mean", "env/reward_min", "env/reward_max", "*/q_mean"),
+    reads=(
+        "rollout/value_mean",
+        "env/reward_min",
+        "env/reward_max",
+        "*/q_mean",
+        "*/alpha",
+        "train/entropy",
+    ),
     threshold="every raw reward ≥ 0 but the value (or Q) mean < 0 on most rows after warm-up, "
-    "by more than 5% of its magnitude (or the mirror case)",
+    "by more than 5% of its magnitude (or the mirror case); a soft Q (SAC: a temperature α is "
+    "logged) is judged after its entropy part γ·α·H/(1−γ) (H: train/entropy, else ±5 nats)",
     cause="a reward-to-go or bootstrap bug: a sign error, or a terminal value bootstrapped "
     "from garbage",
     check_next="the return/target computation; probes 1–3 of `backflip probe`",
@@ -610,25 +738,36 @@ def value_sign(d: RunData):
     if len(v) < 5:
         return None
     scale = float(np.max(np.abs(v))) or 1.0
-    if rmin >= 0 and rmax > 0:
-        wrong, sign = v < -0.05 * scale, "negative"
+    bonus = soft_bonus(d, steps) if name != "rollout/value_mean" else None
+    b_lo, b_hi = bonus if bonus is not None else (np.zeros(len(v)), np.zeros(len(v)))
+    if rmin >= 0 and rmax > 0:  # the reward part of Q is >= 0: Q >= its entropy part
+        wrong, sign = v - b_lo < -0.05 * scale, "negative"
     elif rmax <= 0 and rmin < 0:
-        wrong, sign = v > 0.05 * scale, "positive"
+        wrong, sign = v - b_hi > 0.05 * scale, "positive"
     else:
         return None
     if wrong.mean() <= 0.5:
         return None
+    note = ""
+    if bonus is not None:
+        exact = bool(np.array_equal(b_lo, b_hi))
+        note = (
+            f", beyond its entropy bonus γ·α·H/(1−γ) (median {fmt(float(np.median(b_lo)))})"
+            if exact
+            else f", beyond any entropy bonus within ±{fmt(float(np.median(b_hi)))}"
+        )
     return Hit(
         "warning",
         f"{name} is {sign} on {wrong.mean():.0%} of rows after warm-up "
-        f"(median {fmt(float(np.median(v)))}) although the {d.trained_returns.rewards} are all "
-        f"{'≥ 0' if sign == 'negative' else '≤ 0'}",
+        f"(median {fmt(float(np.median(v)))}){note} although the {d.trained_returns.rewards} are "
+        f"all {'≥ 0' if sign == 'negative' else '≤ 0'}",
         metric=name,
         step=int(steps[-1]),
         evidence={
             "fraction_wrong_sign": float(wrong.mean()),
             "reward_min": float(rmin),
             "reward_max": float(rmax),
+            "entropy_bonus_median": float(np.median(b_lo)) if bonus is not None else None,
         },
     )
 
@@ -867,7 +1006,85 @@ def never_better(d: RunData):
     )
 
 
-# --- entry 12: throughput -------------------------------------------------------------------------
+@rule(
+    "trivial-policy",
+    entry="11",
+    reads=("episodes", "rollout/ep_return_mean", TRUE_READ, "env id"),
+    threshold="the last 20% of training's mean return sits at the level of a policy that does "
+    "nothing (the zero action, or one constant action; the env's own episodes, seeds 0-2) — "
+    "within 2 of its standard deviations or 5% of the way to the optimum, and nearer to it than "
+    "halfway to the random policy's level — on a task where that is not the optimum: error when "
+    "the env's reward_threshold says so, warning when only a better return seen in the run does",
+    cause="the policy converged to a trivial behaviour (actions at zero or at one constant): "
+    "exploration never found the reward (sparse rewards: MountainCar's flag), an action cost "
+    "made doing nothing the safe local optimum, an entropy bonus or action noise too small, or "
+    "a collapse of the policy",
+    check_next="exploration (entropy bonus, action noise, gSDE, a longer random phase), reward "
+    "shaping or the reward scale against the action cost; watch episodes (`backflip watch`)",
+    source=f"{SCHULMAN}; issue 23 (MountainCarContinuous runs that learned to stand still)",
+)
+def trivial_policy(d: RunData):
+    levels = tasks.trivial_returns(d.env_id)
+    if _rows(d) < MIN_ROWS or not levels or d.end < 0.5 * d.horizon:
+        return None
+    r = d.returns
+    if r.episodes and d.episodes is not None and len(d.episodes[1]) >= 10:
+        steps, rets, _ = d.episodes
+        ok = np.isfinite(rets)
+        steps, rets = steps[ok], rets[ok]
+        late = rets[steps >= 0.8 * d.horizon]
+        late = late if len(late) >= 10 else rets[-10:]
+        best = float(np.max(rets)) if len(rets) else -math.inf
+        metric = "episodes.csv"
+    elif (s := d.get(r.mean)) is not None and len(finite(s)[0]) >= 3:
+        late = tail(finite(s), 0.2, d.horizon)[1]
+        mx = d.get(r.max) if r.max else None
+        best = float(np.nanmax((mx or s)[1]))
+        metric = r.mean
+    else:
+        return None
+    if not len(late):
+        return None
+    m = float(np.mean(late))
+    threshold = tasks.reward_threshold(d.env_id)
+    rand = levels.get("uniformly random actions")
+    for what, (mu, sd) in levels.items():
+        if what == "uniformly random actions":
+            continue
+        top = threshold if threshold is not None else best
+        gap = top - mu
+        if not gap > 0 or (threshold is None and gap <= 2 * sd + 0.05 * abs(mu)):
+            continue  # doing nothing may be the optimum, or nothing better was seen
+        tol = max(2 * sd, 0.05 * gap)
+        if rand is not None and abs(rand[0] - mu) > 0:
+            tol = max(min(tol, 0.5 * abs(rand[0] - mu)), 2 * sd)
+        if abs(m - mu) > tol + 1e-9 * max(abs(mu), 1.0):
+            continue
+        against = (
+            f"the task's threshold is {fmt(threshold)}"
+            if threshold is not None
+            else f"the run's best was {fmt(best)}"
+        )
+        rnd = f"; uniformly random actions: {fmt(rand[0])}" if rand is not None else ""
+        return Hit(
+            "error" if threshold is not None else "warning",
+            f"the {r.name} over the last 20% of training ({fmt(m)}) sits at the level of "
+            f"{what} ({fmt(mu)} ± {fmt(sd)}{rnd}), and {against}",
+            metric=metric if metric != "episodes.csv" else r.mean,
+            step=d.end,
+            evidence={
+                "late_mean": m,
+                "trivial": what,
+                "trivial_return": mu,
+                "random_return": rand[0] if rand else None,
+                "reward_threshold": threshold,
+                "best": best,
+            },
+        )
+    return None
+
+
+# --- entry 12: throughput ----------------------------------------------------------------------
 
 
 def _throughput(d: RunData, name: str):
@@ -1077,8 +1294,8 @@ def grad_spike(d: RunData):
     entry="15",
     reads=("*/q_mean", "*/q_max", "env/reward_*", "rollout/ep_return_max", "config gamma"),
     threshold="Q after warm-up above the largest achievable discounted return (max|r|/(1−γ), "
-    "else the best episode return) by 2×: warning; growing > 10× over the second half while "
-    "above that bound: error",
+    "else the best episode return; plus, for a soft Q, its largest entropy bonus γ·α·H/(1−γ)) "
+    "by 2×: warning; growing > 10× over the second half while above that bound: error",
     cause="overestimation or divergence: no target network (or updated too often), a missing "
     "terminal mask, a learning rate too high",
     check_next="the target-network update, the done/terminated mask in the TD target, "
@@ -1104,6 +1321,9 @@ def q_divergence(d: RunData):
         how = f"the best episode {d.trained_returns.name} {fmt(bound)}"
     if not bound:
         return None
+    if (bonus := soft_bonus(d, steps)) is not None:  # SAC: Q holds the entropy bonus too
+        extra = float(np.max(np.maximum(np.abs(bonus[0]), np.abs(bonus[1]))))
+        bound, how = bound + extra, how + f" plus the entropy bonus γ·α·H/(1−γ) ≤ {fmt(extra)}"
     top = float(np.max(np.abs(q)))
     if top <= 2 * bound:
         return None
@@ -1119,7 +1339,60 @@ def q_divergence(d: RunData):
     )
 
 
-# --- entry 16: exploration ------------------------------------------------------------------------
+def _step_reward(d: RunData) -> float | None:
+    """The typical magnitude of one step's reward: raw env/reward_* when logged, else the
+    median |return| / length of the logged episodes."""
+    lo, hi = d.get("env/reward_min"), d.get("env/reward_max")
+    if lo is not None and hi is not None and len(lo[0]) == len(hi[0]):
+        both = np.maximum(np.abs(lo[1]), np.abs(hi[1]))
+        both = both[np.isfinite(both)]
+        return float(np.median(both)) if len(both) else None
+    if d.episodes is not None and len(d.episodes[1]):
+        _, rets, lens = d.episodes
+        ok = np.isfinite(rets) & np.isfinite(lens) & (lens > 0)
+        return float(np.median(np.abs(rets[ok] / lens[ok]))) if ok.any() else None
+    r, n = d.get(d.trained_returns.mean), d.get("rollout/ep_len_mean")
+    if r is None or n is None or len(r[0]) != len(n[0]):
+        return None
+    ok = np.isfinite(r[1]) & np.isfinite(n[1]) & (n[1] > 0)
+    return float(np.median(np.abs(r[1][ok] / n[1][ok]))) if ok.any() else None
+
+
+@rule(
+    "q-stuck",
+    entry="15",
+    reads=("*/q_mean", "env/reward_*", "rollout/ep_return_mean", "rollout/ep_len_mean"),
+    threshold="over the rows after the first 20%, Q moves by less than a tenth of one step's "
+    "typical reward and never reaches one step's reward (on ≥ 10 rows, rewards not ~0)",
+    cause="the Q-network is not learning: a learning rate far too small, gradients not reaching "
+    "it, or targets that never change; the policy is whatever the initial network's argmax "
+    "happens to be (it may still beat a random policy as ε decays)",
+    check_next="the learning rate, train/update_ratio and train/grad_norm, the TD loss (does "
+    "it fall?), the target-network update",
+    source=f"{JONES}; common practice",
+)
+def q_stuck(d: RunData):
+    name = d.find(Q_PATTERN)
+    if name is None or (rho := _step_reward(d)) is None or not rho > 1e-6:
+        return None
+    steps, q = finite(d.get(name))
+    if len(q) < MIN_ROWS:
+        return None
+    late = q[len(q) // 5 :]
+    spread, top = float(np.ptp(late)), float(np.max(np.abs(late)))
+    if spread >= 0.1 * rho or top >= rho:
+        return None
+    return Hit(
+        "warning",
+        f"{name} stayed between {fmt(float(late.min()))} and {fmt(float(late.max()))} over the "
+        f"last 80% of its rows while one step's reward is ~{fmt(rho)}",
+        metric=name,
+        step=int(steps[-1]),
+        evidence={"q_min": float(late.min()), "q_max": float(late.max()), "step_reward": rho},
+    )
+
+
+# --- entry 16: exploration ---------------------------------------------------------------------
 
 
 @rule(
@@ -1229,7 +1502,7 @@ def discount_horizon(d: RunData):
     else:
         return None
     horizon = math.inf if gamma >= 1 else 1 / (1 - gamma)
-    fps = _render_fps(d.env_id)
+    fps = tasks.render_fps(d.env_id)
     secs = f" ≈ {horizon / fps:.2g} s at {fps:g} fps" if fps and math.isfinite(horizon) else ""
     ev = {
         "gamma": gamma,
@@ -1255,22 +1528,7 @@ def discount_horizon(d: RunData):
     return None
 
 
-def _render_fps(env_id: str | None) -> float | None:
-    if not env_id:
-        return None
-    try:
-        import gymnasium as gym
-
-        from backflip.envs import check_env_id
-
-        spec = check_env_id(env_id)
-        fps = gym.make(spec.id).metadata.get("render_fps")
-        return float(fps) if fps else None
-    except Exception:  # noqa: BLE001 — the frame rate is decoration; any failure means unknown
-        return None
-
-
-# --- rows 19–20: learning from preferences ------------------------------------------------------
+# --- entries 19–20: learning from preferences ------------------------------------------------------
 
 
 def _starved(d: RunData, name: str):

@@ -172,8 +172,9 @@ def event_dirs(root: Path) -> list[Path]:
     return sorted({p.parent for p in root.rglob("events.out.tfevents.*")})
 
 
-def read_events(folder: Path) -> tuple[dict, dict]:
-    """{tag: (steps, values)} and {step: wall time} from one directory's event files."""
+def read_events(folder: Path, texts: dict | None = None) -> tuple[dict, dict]:
+    """{tag: (steps, values)} and {step: wall time} from one directory's event files; text
+    summaries go to `texts` ({tag: the last text}) when it is given."""
     from tensorboard.backend.event_processing import event_accumulator as ea
 
     acc = ea.EventAccumulator(str(folder), size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
@@ -196,9 +197,14 @@ def read_events(folder: Path) -> tuple[dict, dict]:
         points = []
         for e in acc.Tensors(tag):
             value = tensor_util.make_ndarray(e.tensor_proto)
-            if value.size == 1:
+            # text summaries are tensors too (CleanRL writes its hyperparameters as one, a
+            # Markdown table): only numbers are metrics
+            if value.size == 1 and value.dtype.kind in "biuf":
                 points.append((e.step, float(value.reshape(()))))
                 walls[e.step] = max(walls.get(e.step, 0.0), e.wall_time)
+            elif value.size == 1 and value.dtype.kind in "SOU" and texts is not None:
+                text = value.reshape(()).item()
+                texts[tag] = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
         if points:
             series[tag] = _arrays(points)
     return series, walls
@@ -245,12 +251,14 @@ def infer_actions(entropy: np.ndarray) -> int | None:
 
 
 def load_tensorboard(folder: Path, label: str | None = None) -> RunData:
-    raw, walls = read_events(folder)
+    texts: dict = {}
+    raw, walls = read_events(folder, texts)
     if not raw:
         raise UserError(f"no scalar metrics in the TensorBoard events in {folder}")
     library = detect_library(raw)
     metrics: dict = {}
     episodes = None
+    hp: dict = {}
     if library == "sb3":
         for tag, name in SB3.items():
             if tag in raw:
@@ -263,6 +271,7 @@ def load_tensorboard(folder: Path, label: str | None = None) -> RunData:
             if tag in raw and name not in metrics:
                 metrics[name] = raw[tag]
         episodes = _cleanrl_episodes(raw, metrics)
+        hp = cleanrl_hyperparameters(texts)
     else:
         metrics = dict(raw)
     action_n = None
@@ -279,9 +288,31 @@ def load_tensorboard(folder: Path, label: str | None = None) -> RunData:
         metrics=metrics,
         episodes=episodes,
         source=library,
+        algo=hp.get("exp_name"),
+        env_id=hp.get("env_id"),
+        hp=hp,
+        budget=hp.get("total_timesteps"),
         action_n=action_n,
         learned_reward=is_preference_run(None, metrics),
     )
+
+
+def cleanrl_hyperparameters(texts: dict) -> dict:
+    """CleanRL's `hyperparameters` text summary (a Markdown table |param|value|) as a dict of
+    numbers and strings: the env id, gamma and the budget tell the rules about the task."""
+    text = next((t for tag, t in texts.items() if tag.startswith("hyperparameters")), "")
+    hp: dict = {}
+    for line in text.splitlines():
+        cells = line.strip().strip("|").split("|")
+        if len(cells) != 2 or cells[0] in ("param", "-"):
+            continue
+        key, value = cells[0].strip(), cells[1].strip()
+        try:
+            number = float(value)
+            hp[key] = int(number) if number.is_integer() and "." not in value else number
+        except ValueError:
+            hp[key] = value
+    return hp
 
 
 def _cleanrl_episodes(raw: dict, metrics: dict):
@@ -366,7 +397,9 @@ def resolve_target(target: str, home: Path) -> Target:
         )
     runs = [load_tensorboard(d, _tb_label(d, path)) for d in dirs]
     kind = "tensorboard" if len(runs) == 1 else "folder"
-    return Target(target, kind, runs, [tail_score(r) for r in runs])
+    envs = {r.env_id for r in runs}  # CleanRL's logs name it; SB3's don't
+    env_id = envs.pop() if len(envs) == 1 else None
+    return Target(target, kind, runs, [tail_score(r) for r in runs], env_id)
 
 
 def peer_env(folder: Path) -> str | None:

@@ -55,29 +55,31 @@ def protocol_warnings(spec: gym.envs.registration.EnvSpec) -> list[str]:
 
 class EpisodicLife(gym.Wrapper):
     """A lost life ends the agent's episode (`terminated`) without resetting the game: the next
-    `reset` continues the game with one no-op step, and really resets only after game over.
+    `reset` continues the game with one no-op step. Any other reset really resets: after game
+    over, when no life was lost (a reset mid-episode, or FireReset's own steps after a reset),
+    and whenever a seed is given (`reset(seed=s)` twice must give the same game).
     Value targets then stop at a lost life (Mnih et al. 2015)."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.lives, self.game_over = 0, True
+        self.lives, self.life_lost = 0, False
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.game_over = terminated or truncated
         lives = self.env.unwrapped.ale.lives()
-        terminated = terminated or 0 < lives < self.lives
+        self.life_lost = not (terminated or truncated) and 0 < lives < self.lives
+        terminated = terminated or self.life_lost
         self.lives = lives
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs):
-        if self.game_over:
+        if not self.life_lost or kwargs.get("seed") is not None:
             obs, info = self.env.reset(**kwargs)
         else:
             obs, _, terminated, truncated, info = self.env.step(0)
             if terminated or truncated:
                 obs, info = self.env.reset(**kwargs)
-        self.lives = self.env.unwrapped.ale.lives()
+        self.lives, self.life_lost = self.env.unwrapped.ale.lives(), False
         return obs, info
 
 

@@ -1,68 +1,17 @@
-"""Small Gymnasium wrappers behind `EnvOptions` (env.* keys) and the observation-space adapters."""
+"""Small Gymnasium wrappers behind `EnvOptions` (env.* keys) and the observation-space adapters.
+
+The fault-injection wrappers live in `faults.py` (re-exported here).
+"""
 
 from __future__ import annotations
-
-import time
 
 import gymnasium as gym
 import numpy as np
 
+from backflip.envs.faults import AffineObservation, GrowingWork, NaNRewardAfter, ScaleReward
 from backflip.errors import NonFiniteError
 
-
-class ScaleReward(gym.RewardWrapper):
-    """r -> scale * r (fault injection for the reward-scale diagnostics)."""
-
-    def __init__(self, env, scale: float):
-        super().__init__(env)
-        self.scale = scale
-
-    def reward(self, reward):
-        return self.scale * reward
-
-
-class AffineObservation(gym.ObservationWrapper):
-    """o -> scale * o + shift (fault injection for the unnormalized-input diagnostics)."""
-
-    def __init__(self, env, scale: float, shift: float):
-        super().__init__(env)
-        self.scale, self.shift = scale, shift
-        box = env.observation_space
-        low, high = box.low * scale + shift, box.high * scale + shift
-        self.observation_space = gym.spaces.Box(
-            np.minimum(low, high), np.maximum(low, high), box.shape, np.float32
-        )
-
-    def observation(self, obs):
-        return (obs * self.scale + self.shift).astype(np.float32)
-
-
-class NaNRewardAfter(gym.Wrapper):
-    """Reward becomes NaN from env step `at` on (counts steps of this copy across episodes)."""
-
-    def __init__(self, env, at: int):
-        super().__init__(env)
-        self.at, self.count = at, 0
-
-    def step(self, action):
-        obs, r, term, trunc, info = self.env.step(action)
-        self.count += 1
-        return obs, (float("nan") if self.count >= self.at else r), term, trunc, info
-
-
-class GrowingWork(gym.Wrapper):
-    """Busy-waits `us_per_kstep * steps / 1000` microseconds per step: a throughput leak on purpose."""
-
-    def __init__(self, env, us_per_kstep: float):
-        super().__init__(env)
-        self.us, self.count = us_per_kstep, 0
-
-    def step(self, action):
-        self.count += 1
-        end = time.perf_counter() + self.us * self.count / 1000 * 1e-6
-        while time.perf_counter() < end:
-            pass
-        return self.env.step(action)
+__all__ = ["AffineObservation", "GrowingWork", "NaNRewardAfter", "ScaleReward"]
 
 
 class OneHotObservation(gym.ObservationWrapper):

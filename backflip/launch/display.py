@@ -71,8 +71,9 @@ class Display:
                 self.print(f"{self._name(i)}: {msg[2]}")
                 self.printed[i] = now
             self.states[i] = state
-        elif kind == "warning":
-            self.print(f"{self._name(i)}: warning: {msg[2]}")
+        elif kind == "warning":  # the live doctor's lines start with their own severity
+            known = msg[2].split(":", 1)[0] in ("error", "warning", "info")
+            self.print(f"{self._name(i)}: {msg[2] if known else 'warning: ' + msg[2]}")
 
     def update(self, i, step=None, sps=None, ret=None, status=None):
         fields = {}

@@ -210,6 +210,12 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
                 if is_enospc(e) and status["status"] != "failed":
                     status.update(status="failed", error=failure_text(e, run))
                 traceback.print_exc()
+            # the live doctor's last word: the verdicts the summary will give, where they differ
+            # from the lines it printed during training
+            for monitor in run.monitors:
+                if hasattr(monitor, "final") and status["status"] != "failed":
+                    for line in monitor.final(folder, job.config):
+                        on_warning(line)
             status["steps"] = getattr(run, "step", 0)
             status.update({k: v for k, v in run.result.items() if k != "eval_returns"})
             if "eval_return" in run.result:
