@@ -549,14 +549,9 @@ def test_fused_inference_equals_the_members_one_by_one():
     assert np.allclose(snap.member_rewards(obs, act), model.member_rewards(obs, act), atol=1e-5)
 
 
-def test_a_person_can_end_labeling_early_and_the_run_trains_on(home):
-    args = [
-        "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labeler", "human",
-        "--labels", "40", "--steps", "4096", "--set", "num_steps=64", "--set", "epochs=1",
-        "--set", "prefs.pretrain_updates=10", "--set", "prefs.round_updates=10",
-        "--set", "eval_episodes=2", "--set", "prefs.task=reach the centre", "--no-progress",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
+def start_cli(home, args: list[str]) -> subprocess.Popen:
+    """`backflip ARGS` in its own process on archive `home`, its output captured."""
+    return subprocess.Popen(
         [sys.executable, "-m", "backflip", *args],
         env=cli_env(home),
         cwd=ROOT,
@@ -564,6 +559,16 @@ def test_a_person_can_end_labeling_early_and_the_run_trains_on(home):
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_a_person_can_end_labeling_early_and_the_run_trains_on(home):
+    args = [
+        "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labeler", "human",
+        "--labels", "40", "--steps", "4096", "--set", "num_steps=64", "--set", "epochs=1",
+        "--set", "prefs.pretrain_updates=10", "--set", "prefs.round_updates=10",
+        "--set", "eval_episodes=2", "--set", "prefs.task=reach the centre", "--no-progress",
+    ]  # fmt: skip
+    proc = start_cli(home, args)
     try:
         deadline = time.monotonic() + 120
         while not list(home.glob("*/seeds/0/prefs.sqlite")) and time.monotonic() < deadline:
@@ -615,14 +620,7 @@ def person_run(home, delay: float) -> tuple[dict, list]:
         "--set", "env.max_episode_steps=100", "--set", "prefs.max_pending=4",
         "--seed-list", "3", "--no-progress", "--json",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "backflip", *args],
-        env=cli_env(home),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(home, args)
     try:
         deadline = time.monotonic() + 300
         while not list(home.glob("*/seeds/3/prefs.sqlite")) and time.monotonic() < deadline:
