@@ -35,8 +35,9 @@ from backflip.telemetry import read_metrics
 ENV = "MovingDotLowDim-v0"
 
 
-def random_return(env_id: str, episodes: int = 20) -> float:
-    """Mean return of a uniformly random policy over the evaluation episodes' starts."""
+def random_return(env_id: str, episodes: int) -> float:
+    """Mean return of a uniformly random policy over `episodes` evaluation starts (the runs'
+    own number of evaluation episodes, so all three returns average the same starts)."""
     from backflip.envs import make_vec
     from backflip.seedrun import evaluate
 
@@ -143,7 +144,7 @@ def main() -> None:
     }
     if ref is not None:
         theirs = record(ref)["seeds"][0]["final_eval_return"]
-        random = random_return(ENV)
+        random = random_return(ENV, rec["config"]["run"]["eval_episodes"])
         out["ppo_true_reward"], out["random_policy"] = theirs, random
         out["normalized"] = (out["greedy_true_return"] - random) / (theirs - random)
     db.close()
