@@ -1,0 +1,182 @@
+"""How long backflip makes you wait before it does anything (issue 23 part 6).
+
+Two figures, each the median of `--repeats` runs, run by the `backflip` command of the Python
+this script runs under (the console script a user types, not `python -m`):
+
+- the fixed overhead of `backflip train`: from just before the command is started to the first
+  env step of its seed. The step is marked by the env itself: the run trains on `Marker-v0`
+  (CartPole-v1 whose first `step` anywhere writes `time.time()` to a file; a module in the
+  working directory, also put on PYTHONPATH so the script measures code that cannot import
+  from the working directory too), so nothing is guessed from output timing;
+- the latency of `backflip runs`, `backflip show ID` and `backflip --help` on an archive of
+  `--runs` runs, built by copying one real run folder (a short PPO run) with new ids and letting
+  the index rebuild itself once (untimed, printed separately).
+
+Targets: train overhead <= 1.5 s; runs, show and --help <= 0.5 s. The machine is shared: the
+load average (`uptime`) is printed before and after; compare medians, and rerun when the load
+moved.
+
+    python benchmarks/cli_latency.py [--runs 200] [--repeats 7] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BACKFLIP = str(Path(sys.executable).parent / "backflip")
+
+MARKER_MODULE = '''"""CartPole-v1 whose first step in any process writes time.time() to $BF_LATENCY_MARK."""
+import os
+import time
+
+import gymnasium as gym
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class Marker(CartPoleEnv):
+    def step(self, action):
+        path = os.environ.get("BF_LATENCY_MARK")
+        if path and not os.path.exists(path):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:  # another copy stepped first
+                pass
+            else:
+                os.write(fd, repr(time.time()).encode())
+                os.close(fd)
+        return super().step(action)
+
+
+gym.register("Marker-v0", entry_point=Marker, max_episode_steps=500)
+'''
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run(args: list[str], cwd: Path, env: dict) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([BACKFLIP, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"backflip {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return elapsed, proc
+
+
+def build_archive(home: Path, n: int, cwd: Path, env: dict) -> tuple[str, float]:
+    """One real run, copied to `n` runs with fresh ids; then the index rebuilds itself once.
+    Returns an id to `show` and the seconds of that first `backflip runs`."""
+    run(
+        ["train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "2048",
+         "--no-ask", "--no-progress", "--home", str(home)],
+        cwd, env,
+    )  # fmt: skip
+    (original,) = [p for p in home.iterdir() if p.is_dir() and (p / "run.json").exists()]
+    base = time.time() - n * 60
+    for i in range(n - 1):
+        new_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime(base + 60 * i)) + f"-{i:04x}"
+        target = home / new_id
+        shutil.copytree(original, target)
+        for f in [target / "run.json", target / "run.json.bak", *target.glob("seeds/*/*.json")]:
+            if f.exists():
+                f.write_text(f.read_text().replace(original.name, new_id))
+    for f in home.glob("index.sqlite*"):
+        f.unlink()
+    first, proc = run(["runs", "--home", str(home)], cwd, env)
+    return original.name, first
+
+
+def median_line(name: str, times: list[float], target: float) -> str:
+    med = statistics.median(times)
+    ok = "meets" if med <= target else "MISSES"
+    spread = ", ".join(f"{t:.2f}" for t in sorted(times))
+    return f"{name:<28} median {med:6.2f} s  ({ok} <= {target} s)  all: {spread}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=200, help="runs in the archive (default 200)")
+    ap.add_argument("--repeats", type=int, default=7, help="timed runs of each command")
+    ap.add_argument("--keep", metavar="DIR", help="build the archive here and keep it")
+    args = ap.parse_args()
+
+    work = Path(args.keep or tempfile.mkdtemp(prefix="bf-latency-"))
+    work.mkdir(parents=True, exist_ok=True)
+    home = work / "archive"
+    (work / "bf_latency_marker.py").write_text(MARKER_MODULE)
+    env = dict(os.environ)
+    env.pop("BACKFLIP_HOME", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work), env.get("PYTHONPATH")]))
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()}, "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, load average {load()}")  # fmt: skip
+    print(f"command: {BACKFLIP}")
+
+    python = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        python.append(time.perf_counter() - t0)
+    print(f"{'python -c pass (floor)':<28} median {statistics.median(python):6.2f} s")
+
+    show_id, first = build_archive(home, args.runs, work, env)
+    n_runs = sum(1 for p in home.iterdir() if (p / "run.json").exists())
+    print(f"archive: {n_runs} runs in {home}; first `backflip runs` (index rebuilt): {first:.2f} s")
+
+    timings: dict[str, list[float]] = {"runs": [], "show": [], "help": []}
+    commands = {
+        "runs": ["runs", "--home", str(home)],
+        "show": ["show", show_id, "--home", str(home)],
+        "help": ["--help"],
+    }
+    for _ in range(args.repeats):  # interleaved: a slow spell of the host hits all three
+        for name, cmd in commands.items():
+            timings[name].append(run(cmd, work, env)[0])
+
+    overhead, total = [], []
+    for i in range(args.repeats):
+        mark = work / f"mark-{i}"
+        env_i = {**env, "BF_LATENCY_MARK": str(mark)}
+        t0 = time.time()
+        elapsed, proc = run(
+            ["train", "ppo", "--env", "bf_latency_marker:Marker-v0", "--seeds", "1",
+             "--steps", "256", "--no-ask", "--no-progress", "--json", "--home", str(home)],
+            work, env_i,
+        )  # fmt: skip
+        overhead.append(float(mark.read_text()) - t0)
+        total.append(elapsed)
+        json.loads(proc.stdout)  # the run finished and said so
+
+    print(median_line("backflip train: first step", overhead, 1.5))
+    print(f"{'backflip train: whole run':<28} median {statistics.median(total):6.2f} s "
+          "(256 steps, evaluation, doctor)")  # fmt: skip
+    print(median_line("backflip runs", timings["runs"], 0.5))
+    print(median_line("backflip show ID", timings["show"], 0.5))
+    print(median_line("backflip --help", timings["help"], 0.5))
+    print(f"load average after: {load()}")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
