@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_home, add_workers, print_json
 from backflip.commands.train import check_backend
 from backflip.errors import UserError
 
@@ -45,7 +45,7 @@ def register(sub) -> None:
         help="benchmarks page to update (default docs/benchmarks.md, if it exists)",
     )
     p.add_argument("--no-docs", action="store_true")
-    p.add_argument("--workers", type=int, metavar="K")
+    add_workers(p)
     add_backend(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")

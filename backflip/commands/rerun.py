@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home
+from backflip.commands import add_backend, add_home, add_workers
 from backflip.commands.train import execute
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -13,7 +13,7 @@ from backflip.commands.train import execute
 def register(sub) -> None:
     p = sub.add_parser("rerun", help="run an archived run again (same config and seeds)")
     p.add_argument("run", metavar="ID")
-    p.add_argument("--workers", type=int, metavar="K")
+    add_workers(p)
     p.add_argument("-m", "--message", default=None, help="default: the original's message")
     add_backend(p)
     p.add_argument("--no-progress", action="store_true")

@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 
-from backflip.commands import add_backend, add_home, print_json
+from backflip.commands import add_backend, add_home, add_workers, print_json
 from backflip.errors import UserError
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -31,12 +31,7 @@ def register(sub) -> None:
         metavar="N",
         help="env steps per seed (default: the algorithm's budget for this env)",
     )
-    p.add_argument(
-        "--workers",
-        type=int,
-        metavar="K",
-        help=f"seed processes at once (default: CPU count, {os.cpu_count()})",
-    )
+    add_workers(p)
     p.add_argument(
         "--set",
         action="append",

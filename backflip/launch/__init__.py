@@ -75,7 +75,9 @@ def launch_runs(
     is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
     every stored config (`prefs` for a preference-learning run), or, as a list, to each config
     its own (preference runs with different pipeline settings in one pool)."""
-    workers = max(1, workers or os.cpu_count() or 1)
+    if workers is not None and workers < 1:  # the CLI refuses it too (commands.workers)
+        raise UserError(f"workers must be at least 1 (seed processes at once), got {workers}")
+    workers = workers or os.cpu_count() or 1
     n = len(cfgs)
     messages = messages or [""] * n
     tags = tags or [[] for _ in range(n)]
