@@ -14,7 +14,8 @@ this script runs under (the console script a user types, not `python -m`):
 
 Targets: train overhead <= 1.5 s; runs, show and --help <= 0.5 s. The machine is shared: the
 load average (`uptime`) is printed before and after; compare medians, and rerun when the load
-moved.
+moved. The CPU seconds of runs, show and --help (user + system, from the kernel's accounting of
+the finished process) depend much less on the load than their wall time does.
 
     python benchmarks/cli_latency.py [--runs 200] [--repeats 7] [--keep DIR]
 """
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -75,13 +77,19 @@ def load() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run(args: list[str], cwd: Path, env: dict) -> tuple[float, subprocess.CompletedProcess]:
-    t0 = time.perf_counter()
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run(args: list[str], cwd: Path, env: dict) -> tuple[float, subprocess.CompletedProcess, float]:
+    """(wall seconds, the finished process, CPU seconds of it and its children)."""
+    c0, t0 = children_cpu(), time.perf_counter()
     proc = subprocess.run([BACKFLIP, *args], cwd=cwd, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, children_cpu() - c0
     if proc.returncode != 0:
         raise SystemExit(f"backflip {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return elapsed, proc
+    return elapsed, proc, cpu
 
 
 def build_archive(home: Path, n: int, cwd: Path, env: dict) -> tuple[str, float]:
@@ -103,15 +111,16 @@ def build_archive(home: Path, n: int, cwd: Path, env: dict) -> tuple[str, float]
                 f.write_text(f.read_text().replace(original.name, new_id))
     for f in home.glob("index.sqlite*"):
         f.unlink()
-    first, proc = run(["runs", "--home", str(home)], cwd, env)
+    first = run(["runs", "--home", str(home)], cwd, env)[0]
     return original.name, first
 
 
-def median_line(name: str, times: list[float], target: float) -> str:
+def median_line(name: str, times: list[float], target: float, cpu: list[float] | None) -> str:
     med = statistics.median(times)
     ok = "meets" if med <= target else "MISSES"
     spread = ", ".join(f"{t:.2f}" for t in sorted(times))
-    return f"{name:<28} median {med:6.2f} s  ({ok} <= {target} s)  all: {spread}"
+    used = f", CPU {statistics.median(cpu):.2f} s" if cpu else ""
+    return f"{name:<28} median {med:6.2f} s  ({ok} <= {target} s{used})  all: {spread}"
 
 
 def main() -> None:
@@ -144,6 +153,7 @@ def main() -> None:
     print(f"archive: {n_runs} runs in {home}; first `backflip runs` (index rebuilt): {first:.2f} s")
 
     timings: dict[str, list[float]] = {"runs": [], "show": [], "help": []}
+    cpu: dict[str, list[float]] = {"runs": [], "show": [], "help": []}
     commands = {
         "runs": ["runs", "--home", str(home)],
         "show": ["show", show_id, "--home", str(home)],
@@ -151,14 +161,16 @@ def main() -> None:
     }
     for _ in range(args.repeats):  # interleaved: a slow spell of the host hits all three
         for name, cmd in commands.items():
-            timings[name].append(run(cmd, work, env)[0])
+            wall, _, used = run(cmd, work, env)
+            timings[name].append(wall)
+            cpu[name].append(used)
 
     overhead, total = [], []
     for i in range(args.repeats):
         mark = work / f"mark-{i}"
         env_i = {**env, "BF_LATENCY_MARK": str(mark)}
         t0 = time.time()
-        elapsed, proc = run(
+        elapsed, proc, _ = run(
             ["train", "ppo", "--env", "bf_latency_marker:Marker-v0", "--seeds", "1",
              "--steps", "256", "--no-ask", "--no-progress", "--json", "--home", str(home)],
             work, env_i,
@@ -167,12 +179,12 @@ def main() -> None:
         total.append(elapsed)
         json.loads(proc.stdout)  # the run finished and said so
 
-    print(median_line("backflip train: first step", overhead, 1.5))
+    print(median_line("backflip train: first step", overhead, 1.5, None))
     print(f"{'backflip train: whole run':<28} median {statistics.median(total):6.2f} s "
           "(256 steps, evaluation, doctor)")  # fmt: skip
-    print(median_line("backflip runs", timings["runs"], 0.5))
-    print(median_line("backflip show ID", timings["show"], 0.5))
-    print(median_line("backflip --help", timings["help"], 0.5))
+    print(median_line("backflip runs", timings["runs"], 0.5, cpu["runs"]))
+    print(median_line("backflip show ID", timings["show"], 0.5, cpu["show"]))
+    print(median_line("backflip --help", timings["help"], 0.5, cpu["help"]))
     print(f"load average after: {load()}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
