@@ -25,6 +25,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from backflip.algos import budget_line
     from backflip.runs.archive import home_dir, load_run
     from backflip.runs.index import resolve_run
     from backflip.summary import reproduce_command, run_summary, seed_table_rows
@@ -55,6 +56,9 @@ def run(args) -> int:
     print(f"started {record.get('created')}, ended {record.get('ended', '-')}")
     if record.get("rerun_of"):
         print(f"rerun of: {record['rerun_of']}")
+    stated = budget_line(record.get("budget") or {})
+    if stated:  # the steps each seed took are in the table below
+        print(stated)
     table = Table(box=None, header_style="bold")
     for col in ("seed", "status", "final eval", "steps", "steps/s", "wall", "error"):
         table.add_column(col)

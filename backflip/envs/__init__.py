@@ -77,6 +77,14 @@ def check_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
         raise UserError(f"unknown environment {env_id!r}{hint}") from None
 
 
+def episode_limit(env_id: str, opts: EnvOptions | None = None) -> int | None:
+    """The longest an episode of `env_id` can be (`env.max_episode_steps`, else the env's own
+    time limit), or None when it has none."""
+    if opts is not None and opts.max_episode_steps:
+        return opts.max_episode_steps
+    return check_env_id(env_id).max_episode_steps
+
+
 def space_kind(space: gym.Space) -> str:
     if isinstance(space, gym.spaces.Discrete):
         return "discrete"

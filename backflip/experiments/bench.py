@@ -41,7 +41,7 @@ def reference_pairs(only: list[str] | None = None) -> list[tuple[str, str, int]]
     pairs = []
     for name in ALGOS:
         spec = get_algo(name)
-        table = getattr(spec.module, "BENCHMARKS", None)
+        table = getattr(spec.settings, "BENCHMARKS", None)
         if table is None:
             table = {  # (the probes' presets tune `backflip probe`, not a benchmark)
                 env: int(p.get("steps", spec.default_steps))

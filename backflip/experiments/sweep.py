@@ -123,7 +123,7 @@ def _fmt(v) -> str:
 
 def ablation_variants(spec, base_flat: dict, switches: list[str]) -> list:
     """[{label, key, value, overrides}] — each named design choice turned off."""
-    table = getattr(spec.module, "ABLATIONS", {})
+    table = getattr(spec.settings, "ABLATIONS", {})
     if not table:
         raise UserError(f"{spec.name} defines no ablation switches (ABLATIONS) yet")
     if switches == ["all"]:

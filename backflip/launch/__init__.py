@@ -11,12 +11,15 @@ either way each seed is `seed.run_seed`, which writes the same files into the sa
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
 
+from backflip.algos import budget_line, planned_budget
 from backflip.config import check_tags
 from backflip.doctor import diagnose_run_dir
+from backflip.envs import episode_limit
 from backflip.errors import UserError
 from backflip.launch.display import Display
 from backflip.launch.local import run_jobs_local
@@ -88,6 +91,7 @@ def launch_runs(
     run_dirs, jobs = [], []
     for cfg, message, tag, label, more in zip(cfgs, messages, tags, labels, extras, strict=True):
         config = {**cfg.to_dict(), **more}
+        budget = planned_budget(cfg, episode_limit(cfg.env_id, cfg.env))
         run_dir, _ = create_run(
             home,
             config,
@@ -95,11 +99,15 @@ def launch_runs(
             message,
             rerun_of=rerun_of,
             tags=tag,
-            extra={"backend": {"name": backend, "address": address}},
+            extra={"backend": {"name": backend, "address": address}, "budget": budget},
         )
         run_dirs.append(run_dir)
         if on_created is not None:
             on_created(run_dir)
+        line = budget_line(budget)
+        if line:  # before any seed trains: the steps it will really take, and why
+            where = f" ({label or run_dir.name})" if n > 1 else ""
+            print(line.replace("budget:", f"budget{where}:", 1), file=sys.stderr, flush=True)
         jobs += [SeedJob(str(run_dir), s, config, label=label) for s in cfg.seeds]
     started = time.time()
     try:
