@@ -31,7 +31,17 @@ from pathlib import Path
 
 from backflip import jsonout, stats
 from backflip.errors import UserError
-from backflip.runs.layout import BACKUP, INDEX, LOCK, RUN_ID, RUN_JSON, SEEDS, STATUS, seed_dir
+from backflip.runs.layout import (
+    BACKUP,
+    GITIGNORE,
+    INDEX,
+    LOCK,
+    RUN_ID,
+    RUN_JSON,
+    SEEDS,
+    STATUS,
+    seed_dir,
+)
 from backflip.telemetry import last_logged
 
 STATUSES = ("running", "finished", "failed", "interrupted")
@@ -58,9 +68,22 @@ def home_dir(home: str | Path | None = None, create: bool = False) -> Path:
             probe = path / f".write-test-{os.getpid()}"
             probe.write_text("")
             probe.unlink()
+            keep_out_of_git(path)
         except OSError as e:
             raise UserError(f"archive root {path} is not writable: {e.strerror or e}") from None
     return path
+
+
+def keep_out_of_git(folder: Path) -> None:
+    """Give a folder of backflip's outputs (the archive, a report) a `.gitignore` of `*`, unless
+    it has one. Written inside a git repository (`./runs`, `--out report`), the outputs then
+    neither show in `git status` nor go, as untracked files, into the code.patch of every later
+    run launched there (runs/provenance.py), which would mark its code as modified."""
+    f = Path(folder) / GITIGNORE
+    if not f.exists():
+        f.write_text(
+            "# written by backflip: its outputs stay out of git (delete this file to commit them)\n*\n"
+        )
 
 
 def now_iso() -> str:
