@@ -151,12 +151,13 @@ def execute(
     from backflip.config import check_device
     from backflip.envs import AtariProtocolWarning, check_supported
     from backflip.journal import expected_seconds, premortem
-    from backflip.launch import launch_run
+    from backflip.launch import launch_run, prepare
     from backflip.runs.archive import read_record, run_lock, write_record
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
     check_backend(backend, address)
+    prepare(backend)  # the seeds' server imports torch while the launcher checks and records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AtariProtocolWarning)
         check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)

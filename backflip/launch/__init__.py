@@ -18,17 +18,24 @@ from pathlib import Path
 
 from backflip.algos import budget_line, planned_budget
 from backflip.config import check_tags
-from backflip.doctor import diagnose_run_dir
-from backflip.envs import episode_limit
+from backflip.envs import episode_limit, module_paths
 from backflip.errors import UserError
 from backflip.launch.display import Display
-from backflip.launch.local import run_jobs_local
+from backflip.launch.job import SeedJob, mark_not_started
+from backflip.launch.local import run_jobs_local, start_forkserver
 from backflip.launch.ray import run_jobs_ray
-from backflip.launch.seed import SeedJob, mark_not_started
 from backflip.runs.archive import is_enospc
 from backflip.runs.records import create_run, finalize_run
 
 BACKENDS = ("local", "ray")
+
+
+def prepare(backend: str = "local") -> None:
+    """Start, before a run exists, what its seeds will need: the local backend's forkserver,
+    whose imports then overlap the launcher's checks and bookkeeping (`launch_runs` calls it
+    too; the CLI calls it first thing)."""
+    if backend == "local":
+        start_forkserver()
 
 
 def run_jobs(
@@ -81,6 +88,7 @@ def launch_runs(
     if workers is not None and workers < 1:  # the CLI refuses it too (commands.workers)
         raise UserError(f"workers must be at least 1 (seed processes at once), got {workers}")
     workers = workers or os.cpu_count() or 1
+    prepare(backend)
     n = len(cfgs)
     messages = messages or [""] * n
     tags = tags or [[] for _ in range(n)]
@@ -91,7 +99,8 @@ def launch_runs(
     run_dirs, jobs = [], []
     for cfg, message, tag, label, more in zip(cfgs, messages, tags, labels, extras, strict=True):
         config = {**cfg.to_dict(), **more}
-        budget = planned_budget(cfg, episode_limit(cfg.env_id, cfg.env))
+        budget = planned_budget(cfg, episode_limit(cfg.env_id, cfg.env))  # imports env modules
+        paths = module_paths()  # where the env module was found, for the seeds and reruns
         run_dir, _ = create_run(
             home,
             config,
@@ -99,7 +108,11 @@ def launch_runs(
             message,
             rerun_of=rerun_of,
             tags=tag,
-            extra={"backend": {"name": backend, "address": address}, "budget": budget},
+            extra={
+                "backend": {"name": backend, "address": address},
+                "budget": budget,
+                "import_paths": paths,
+            },
         )
         run_dirs.append(run_dir)
         if on_created is not None:
@@ -108,7 +121,9 @@ def launch_runs(
         if line:  # before any seed trains: the steps it will really take, and why
             where = f" ({label or run_dir.name})" if n > 1 else ""
             print(line.replace("budget:", f"budget{where}:", 1), file=sys.stderr, flush=True)
-        jobs += [SeedJob(str(run_dir), s, config, label=label) for s in cfg.seeds]
+        jobs += [
+            SeedJob(str(run_dir), s, config, label=label, import_paths=paths) for s in cfg.seeds
+        ]
     started = time.time()
     try:
         run_jobs(jobs, min(workers, len(jobs)), progress, backend=backend, address=address)
@@ -121,6 +136,9 @@ def launch_runs(
 
 def diagnose_finished(run_dir: Path) -> list[dict]:
     """The doctor's findings on a finished run (also written to its findings.json)."""
+    # imported after training: the doctor's rules are not needed to start a run
+    from backflip.doctor import diagnose_run_dir
+
     try:
         return [f.to_dict() for f in diagnose_run_dir(Path(run_dir))]
     except UserError:  # no seed wrote metrics (all failed at once): nothing to diagnose
