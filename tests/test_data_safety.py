@@ -6,6 +6,10 @@ clean, and custom env modules import from the current directory for `train` and 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +85,69 @@ def test_an_exact_budget_is_recorded_and_not_announced(cli, home):
     (run,) = [p for p in home.iterdir() if (p / "run.json").exists()]
     budget = json.loads((run / "run.json").read_text())["budget"]
     assert budget == {"requested": 512, "planned": 512, "why": None}
+
+
+# --- custom env modules ----------------------------------------------------------------------
+
+CORRIDOR = '''"""A corridor of 5 cells: step right (action 1) to reach the end."""
+import gymnasium as gym
+import numpy as np
+
+
+class Corridor(gym.Env):
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.pos = max(0, self.pos + (1 if action == 1 else -1))
+        done = self.pos >= 4
+        return np.array([self.pos / 4], np.float32), float(done), done, False, {}
+
+
+gym.register("Corridor-v0", entry_point=Corridor, max_episode_steps=20)
+'''
+
+
+def backflip_here(*args, cwd: Path, home: Path, check: bool = True):
+    """`backflip ARGS` as the console script runs it: the current directory is not on the
+    Python path (`-P`; `python -m` would put it there) and PYTHONPATH is unset."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(BACKFLIP_HOME=str(home), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "backflip", *map(str, args)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_a_custom_env_module_in_the_current_directory_trains_and_reruns(tmp_path):
+    project, elsewhere, home = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "runs"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "myenvs.py").write_text(CORRIDOR)
+    backflip_here(
+        "train", "ppo", "--env", "myenvs:Corridor-v0", "--seeds", "1", "--steps", "256",
+        "--set", "epochs=1", "--set", "eval_episodes=1", "--no-progress", "--no-ask",
+        cwd=project, home=home,
+    )  # fmt: skip
+    (first,) = [p for p in home.iterdir() if (p / "run.json").exists()]
+    record = json.loads((first / "run.json").read_text())
+    assert record["status"] == "finished" and record["import_paths"] == [str(project.resolve())]
+    # from another directory: found where the original run found it
+    backflip_here("rerun", first.name, "--no-progress", cwd=elsewhere, home=home)
+    rerun = [p for p in home.iterdir() if (p / "run.json").exists() and p != first]
+    assert json.loads((rerun[0] / "run.json").read_text())["status"] == "finished"
+    # gone from everywhere: one line that says where it looked and what to do
+    (project / "myenvs.py").unlink()
+    proc = backflip_here("rerun", first.name, cwd=elsewhere, home=home, check=False)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: cannot import 'myenvs' for env 'Corridor-v0'")
+    assert "run from the folder that holds myenvs.py" in proc.stderr
+    assert len([p for p in home.iterdir() if (p / "run.json").exists()]) == 2  # nothing created

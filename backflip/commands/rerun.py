@@ -24,12 +24,15 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backflip.config import TrainConfig
+    from backflip.envs import check_env_id
     from backflip.runs.archive import home_dir, load_run
     from backflip.runs.index import resolve_run
 
     home = home_dir(args.home, create=True)
     original = load_run(resolve_run(home, args.run))
     cfg = TrainConfig.from_dict(original["config"])
+    # a custom env module: from here, else where the original found it or was launched from
+    check_env_id(cfg.env_id, [*original.get("import_paths", []), original.get("cwd")])
     message = args.message if args.message is not None else original.get("message", "")
     return execute(
         cfg,
