@@ -7,7 +7,6 @@ import shlex
 
 from backflip.config import TrainConfig, resolve
 from backflip.runs.archive import waiting_seeds
-from backflip.stats import MIN_TRUSTWORTHY_SEEDS, interval
 
 
 def fmt(x, digits: int = 1) -> str:
@@ -34,6 +33,8 @@ def duration(seconds) -> str:
 def result_line(results: dict) -> str:
     """'IQM 500.0 [95% CI 487.2, 500.0], mean 498.1, min 471.0, max 500.0 (3 seeds)'; with one
     seed 'IQM 500.0 [no interval: 1 seed], ...'."""
+    from backflip.stats import MIN_TRUSTWORTHY_SEEDS, interval  # NumPy: not for `runs`
+
     if not results or not results.get("n"):
         return "no seed finished an evaluation"
     n = results["n"]

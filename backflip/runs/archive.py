@@ -29,7 +29,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from backflip import jsonout, stats
+from backflip import jsonout
 from backflip.errors import UserError
 from backflip.runs.layout import (
     BACKUP,
@@ -42,7 +42,6 @@ from backflip.runs.layout import (
     STATUS,
     seed_dir,
 )
-from backflip.telemetry import last_logged
 
 STATUSES = ("running", "finished", "failed", "interrupted")
 
@@ -482,6 +481,8 @@ def close_dead_seed(run_dir: Path, status: dict, why: str | None = None) -> dict
         }
     elif status.get("status") in ("running", "waiting") and not seed_alive(status):
         status = dict(status)
+        from backflip.telemetry import last_logged  # NumPy: not for `runs` and `show`, which read
+
         step, wall = last_logged(folder)
         status["steps"] = max(status.get("steps") or 0, step)
         started = _timestamp(status.get("started"))
@@ -514,6 +515,8 @@ def run_status(seed_statuses: list[str]) -> str:
 def aggregate(record: dict, seeds: list[dict]) -> dict:
     """Set the run's status and results from its seeds' statuses; only seeds whose folder and
     status.json are intact count in the results."""
+    from backflip import stats  # NumPy and SciPy: here, not for `runs` and `show`, which read
+
     record["status"] = run_status([s.get("status") for s in seeds])
     per_seed = _per_seed(seeds)
     record["results"] = {**stats.summarize(list(per_seed.values())), "per_seed": per_seed}
