@@ -183,7 +183,30 @@ def main() -> None:
         total.append(elapsed)
         json.loads(proc.stdout)  # the run finished and said so
 
+    # the floor of that overhead: what the server seeds fork from imports before it serves
+    # (whatever the code under test preloads: read from multiprocessing's forkserver)
+    ask = (
+        "import json; from backflip.launch import local; local._context(); "
+        "from multiprocessing import forkserver; "
+        "print(json.dumps(forkserver._forkserver._preload_modules))"
+    )
+    preload = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", ask], env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    server_wall, server_cpu = [], []
+    for _ in range(args.repeats):
+        c0, t0 = children_cpu(), time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import " + ", ".join(preload)], env=env, check=True)
+        server_wall.append(time.perf_counter() - t0)
+        server_cpu.append(children_cpu() - c0)
+
     print(median_line("backflip train: first step", overhead, 1.5, None))
+    print(
+        f"{'  imports of the seed server':<28} median {statistics.median(server_wall):6.2f} s "
+        f"(CPU {statistics.median(server_cpu):.2f} s): {', '.join(preload)}"
+    )
     print(f"{'backflip train: whole run':<28} median {statistics.median(total):6.2f} s "
           "(256 steps, evaluation, doctor)")  # fmt: skip
     print(median_line("backflip runs", timings["runs"], 0.5, cpu["runs"]))
