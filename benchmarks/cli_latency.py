@@ -17,7 +17,10 @@ load average (`uptime`) is printed before and after; compare medians, and rerun 
 moved. The CPU seconds of runs, show and --help (user + system, from the kernel's accounting of
 the finished process) depend much less on the load than their wall time does.
 
-    python benchmarks/cli_latency.py [--runs 200] [--repeats 7] [--keep DIR]
+    python benchmarks/cli_latency.py [--runs 200] [--repeats 7] [--keep DIR] [--baseline PYTHON]
+
+`--baseline /path/to/other/.venv/bin/python` times another checkout's backflip too, each command
+alternating between the two (before/after figures under the same load).
 """
 
 from __future__ import annotations
@@ -82,10 +85,12 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run(args: list[str], cwd: Path, env: dict) -> tuple[float, subprocess.CompletedProcess, float]:
+def run(
+    args: list[str], cwd: Path, env: dict, backflip: str = BACKFLIP
+) -> tuple[float, subprocess.CompletedProcess, float]:
     """(wall seconds, the finished process, CPU seconds of it and its children)."""
     c0, t0 = children_cpu(), time.perf_counter()
-    proc = subprocess.run([BACKFLIP, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run([backflip, *args], cwd=cwd, env=env, capture_output=True, text=True)
     elapsed, cpu = time.perf_counter() - t0, children_cpu() - c0
     if proc.returncode != 0:
         raise SystemExit(f"backflip {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -123,11 +128,41 @@ def median_line(name: str, times: list[float], target: float, cpu: list[float] |
     return f"{name:<28} median {med:6.2f} s  ({ok} <= {target} s{used})  all: {spread}"
 
 
+def server_imports(
+    python: str, env: dict, repeats: int, cwd: Path
+) -> tuple[list[str], float, float]:
+    """(the modules the seed server of `python`'s backflip preloads, median wall and CPU seconds
+    of importing them in a fresh interpreter): the floor of train's overhead."""
+    ask = (  # whatever the code under test preloads, read from multiprocessing's forkserver
+        "import json; from backflip.launch import local; local._context(); "
+        "from multiprocessing import forkserver; "
+        "print(json.dumps(forkserver._forkserver._preload_modules))"
+    )
+    # run in `cwd`, a folder without backflip in it: `python -c` puts its folder on the path
+    out = subprocess.run(
+        [python, "-c", ask], env=env, cwd=cwd, capture_output=True, text=True, check=True
+    )
+    preload = json.loads(out.stdout)
+    walls, cpus = [], []
+    for _ in range(repeats):
+        c0, t0 = children_cpu(), time.perf_counter()
+        subprocess.run([python, "-c", "import " + ", ".join(preload)], env=env, cwd=cwd, check=True)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(children_cpu() - c0)
+    return preload, statistics.median(walls), statistics.median(cpus)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=200, help="runs in the archive (default 200)")
     ap.add_argument("--repeats", type=int, default=7, help="timed runs of each command")
     ap.add_argument("--keep", metavar="DIR", help="build the archive here and keep it")
+    ap.add_argument(
+        "--baseline",
+        metavar="PYTHON",
+        help="also time the backflip of this interpreter (another checkout's venv), each command "
+        "alternating with this one's, so both see the same load",
+    )
     args = ap.parse_args()
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="bf-latency-"))
@@ -142,76 +177,69 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work), env.get("PYTHONPATH")]))
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu_model()}, "
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}, load average {load()}")  # fmt: skip
-    print(f"command: {BACKFLIP}")
+    pythons = {"this": sys.executable}
+    if args.baseline:
+        pythons["baseline"] = args.baseline
+    for name, python in pythons.items():
+        print(f"{name}: {Path(python).parent / 'backflip'}")
 
-    python = []
+    floor = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
-        python.append(time.perf_counter() - t0)
-    print(f"{'python -c pass (floor)':<28} median {statistics.median(python):6.2f} s")
+        floor.append(time.perf_counter() - t0)
+    print(f"{'python -c pass (floor)':<28} median {statistics.median(floor):6.2f} s")
 
     show_id, first = build_archive(home, args.runs, work, env)
     n_runs = sum(1 for p in home.iterdir() if (p / "run.json").exists())
     print(f"archive: {n_runs} runs in {home}; first `backflip runs` (index rebuilt): {first:.2f} s")
 
-    timings: dict[str, list[float]] = {"runs": [], "show": [], "help": []}
-    cpu: dict[str, list[float]] = {"runs": [], "show": [], "help": []}
     commands = {
         "runs": ["runs", "--home", str(home)],
         "show": ["show", show_id, "--home", str(home)],
         "help": ["--help"],
     }
-    run(["--help"], work, env)  # untimed: caches the compiled modules of every command
-    for _ in range(args.repeats):  # interleaved: a slow spell of the host hits all three
+    timings = {(w, c): [] for w in pythons for c in commands}
+    cpu = {(w, c): [] for w in pythons for c in commands}
+    for python in pythons.values():  # untimed: caches the compiled modules of every command
+        run(["--help"], work, env, str(Path(python).parent / "backflip"))
+    for _ in range(args.repeats):  # interleaved: a slow spell of the host hits them all
         for name, cmd in commands.items():
-            wall, _, used = run(cmd, work, env)
-            timings[name].append(wall)
-            cpu[name].append(used)
+            for who, python in pythons.items():
+                wall, _, used = run(cmd, work, env, str(Path(python).parent / "backflip"))
+                timings[who, name].append(wall)
+                cpu[who, name].append(used)
 
-    overhead, total = [], []
+    overhead = {w: [] for w in pythons}
+    total = {w: [] for w in pythons}
     for i in range(args.repeats):
-        mark = work / f"mark-{i}"
-        env_i = {**env, "BF_LATENCY_MARK": str(mark)}
-        t0 = time.time()
-        elapsed, proc, _ = run(
-            ["train", "ppo", "--env", "bf_latency_marker:Marker-v0", "--seeds", "1",
-             "--steps", "256", "--no-ask", "--no-progress", "--json", "--home", str(home)],
-            work, env_i,
-        )  # fmt: skip
-        overhead.append(float(mark.read_text()) - t0)
-        total.append(elapsed)
-        json.loads(proc.stdout)  # the run finished and said so
+        for who, python in pythons.items():
+            mark = work / f"mark-{who}-{i}"
+            env_i = {**env, "BF_LATENCY_MARK": str(mark)}
+            t0 = time.time()
+            elapsed, proc, _ = run(
+                ["train", "ppo", "--env", "bf_latency_marker:Marker-v0", "--seeds", "1",
+                 "--steps", "256", "--no-ask", "--no-progress", "--json", "--home", str(home)],
+                work, env_i, str(Path(python).parent / "backflip"),
+            )  # fmt: skip
+            overhead[who].append(float(mark.read_text()) - t0)
+            total[who].append(elapsed)
+            json.loads(proc.stdout)  # the run finished and said so
+    servers = {w: server_imports(python, env, args.repeats, work) for w, python in pythons.items()}
 
-    # the floor of that overhead: what the server seeds fork from imports before it serves
-    # (whatever the code under test preloads: read from multiprocessing's forkserver)
-    ask = (
-        "import json; from backflip.launch import local; local._context(); "
-        "from multiprocessing import forkserver; "
-        "print(json.dumps(forkserver._forkserver._preload_modules))"
-    )
-    preload = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", ask], env=env, capture_output=True, text=True, check=True
-        ).stdout
-    )
-    server_wall, server_cpu = [], []
-    for _ in range(args.repeats):
-        c0, t0 = children_cpu(), time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import " + ", ".join(preload)], env=env, check=True)
-        server_wall.append(time.perf_counter() - t0)
-        server_cpu.append(children_cpu() - c0)
-
-    print(median_line("backflip train: first step", overhead, 1.5, None))
-    print(
-        f"{'  imports of the seed server':<28} median {statistics.median(server_wall):6.2f} s "
-        f"(CPU {statistics.median(server_cpu):.2f} s): {', '.join(preload)}"
-    )
-    print(f"{'backflip train: whole run':<28} median {statistics.median(total):6.2f} s "
-          "(256 steps, evaluation, doctor)")  # fmt: skip
-    print(median_line("backflip runs", timings["runs"], 0.5, cpu["runs"]))
-    print(median_line("backflip show ID", timings["show"], 0.5, cpu["show"]))
-    print(median_line("backflip --help", timings["help"], 0.5, cpu["help"]))
+    for who in pythons:
+        print(f"--- {who}")
+        print(median_line("backflip train: first step", overhead[who], 1.5, None))
+        preload, wall, used = servers[who]
+        print(
+            f"{'  imports of the seed server':<28} median {wall:6.2f} s (CPU {used:.2f} s): "
+            + ", ".join(preload)
+        )
+        print(f"{'backflip train: whole run':<28} median {statistics.median(total[who]):6.2f} s "
+              "(256 steps, evaluation, doctor)")  # fmt: skip
+        print(median_line("backflip runs", timings[who, "runs"], 0.5, cpu[who, "runs"]))
+        print(median_line("backflip show ID", timings[who, "show"], 0.5, cpu[who, "show"]))
+        print(median_line("backflip --help", timings[who, "help"], 0.5, cpu[who, "help"]))
     print(f"load average after: {load()}")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
