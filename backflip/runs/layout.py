@@ -7,8 +7,9 @@ env copies get. One owner: whatever writes or reads the archive names its paths 
       index.sqlite               INDEX: a cache of every run.json (runs/index.py)
       reports/<id>/              REPORTS: `backflip report`'s default output
       <run id>/
-        run.json                 RUN_JSON: id, argv, message, resolved config, status, results,
-                                 provenance
+        run.json                 RUN_JSON: id, argv, cwd, message, resolved config, budget
+                                 (steps requested and planned), import_paths (where its env
+                                 module was found), status, results, provenance
         run.json.bak             BACKUP: the last good copy of run.json (restored from if it breaks)
         .lock                    LOCK: held while run.json is read, changed and written
         code.patch               uncommitted changes of the repo the run was launched from
