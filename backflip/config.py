@@ -23,15 +23,12 @@ import inspect
 import json
 import math
 import textwrap
-import tomllib
 import types
 import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from backflip.algos import get_algo
 from backflip.errors import UserError, did_you_mean
@@ -681,6 +678,10 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML or TOML file of overrides; nested `env:`/`doctor:` tables are flattened."""
+    import tomllib  # parsers for config files: not loaded by every command (`--help`)
+
+    import yaml
+
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file not found: {path}")

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from backflip.errors import UserError
+from backflip.runs.archive import keep_out_of_git
 from backflip.ui import data
 from backflip.ui.render import STATIC, ReportLinks, render
 
@@ -37,7 +38,10 @@ def write_report(
     if not run_dirs:
         raise UserError("report: name at least one run")
     try:
+        new = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
+        if new:  # a folder it made: kept out of git (a folder of the user's own is theirs)
+            keep_out_of_git(out)
     except OSError as e:
         raise UserError(f"cannot create {out}: {e.strerror or e}") from None
     assets = out / "assets"

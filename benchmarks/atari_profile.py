@@ -154,7 +154,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from backflip.algos.ppo import PRESETS as PPO_PRESETS
+    from backflip.algos.settings.ppo import PRESETS as PPO_PRESETS
     from backflip.nets import ActorCritic, FlatParams
     from backflip.prefs.presets import preset_for
     from backflip.prefs.reward_model import PairSet, RewardModel

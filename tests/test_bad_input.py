@@ -382,3 +382,46 @@ def test_a_nan_observation_stops_the_seed_naming_it(cli, home):
     assert "observation[1] = nan" in status["error"] and "probability tensor" not in status["error"]
     findings = json.loads((run / "findings.json").read_text())["findings"]
     assert any(f["rule"] == "nonfinite" and "observation" in f["message"] for f in findings)
+
+
+# --- data safety (issue 23 part 5) -----------------------------------------------------------
+
+WORKER_COMMANDS = [
+    PPO,
+    ["rerun", "last"],
+    ["resume", "last"],
+    ["sweep", "ppo", "--env", "CartPole-v1", "--vary", "lr=1e-3,2e-3"],
+    ["ablate", "ppo", "--env", "CartPole-v1"],
+    ["plan", "run", "plan.yaml"],
+    ["bench", "--quick"],
+    ["prefs", "train", "ppo", "--env", "MovingDotLowDim-v0"],
+]
+
+
+@pytest.mark.parametrize("workers", ["0", "-1", "two"])
+@pytest.mark.parametrize("command", WORKER_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_workers_below_one_are_refused_in_one_line(stub_launch, command, workers, tmp_path):
+    home = tmp_path / "archive"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = backflip_cli.main([*command, f"--workers={workers}", "--home", str(home)])
+        except SystemExit as e:
+            code = e.code
+        except Accepted:
+            code = "accepted"
+    lines = err.getvalue().splitlines()
+    assert code == 2, (command, workers, err.getvalue())
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--workers" in lines[0], lines
+    assert not run_folders(home)
+
+
+def test_launch_refuses_zero_workers_before_creating_a_run(tmp_path):
+    from backflip.config import resolve
+    from backflip.errors import UserError
+    from backflip.launch import launch_runs
+
+    cfg = resolve("ppo", "CartPole-v1", [0], 256)
+    with pytest.raises(UserError, match="workers must be at least 1"):
+        launch_runs([cfg], tmp_path, ["train"], workers=0, progress=False)
+    assert not run_folders(tmp_path)

@@ -8,6 +8,7 @@ from backflip import stats
 from backflip.errors import UserError
 from backflip.experiments.bench import judge, reference_pairs, update_docs
 from backflip.runs import index
+from tests.conftest import ROOT
 
 
 def test_every_registered_algorithm_has_reference_envs():
@@ -54,8 +55,8 @@ def test_docs_section_is_replaced_not_appended(tmp_path):
 def test_a_broken_change_is_caught_as_a_regression(cli, home, tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n")
-    common = ["--quick", "--only", "ppo:CartPole-v1", "--docs", doc, "--workers", "2"]
-    first = cli("bench", *common, "--no-progress")
+    common = ["--quick", "--only", "ppo:CartPole-v1", "--workers", "2"]
+    first = cli("bench", *common, "--docs", doc, "--no-progress")
     assert "no previous battery to compare" in first.stdout and "no regression" in first.stdout
     assert f"updated {doc}" in first.stdout and "| ppo | CartPole-v1 | 10,000 | 5/5 |" in (
         doc.read_text()
@@ -92,3 +93,90 @@ def test_a_broken_change_is_caught_as_a_regression(cli, home, tmp_path):
     runs = index.query(home, tag="bench")
     assert len(runs) == 2 and all(r["n_seeds"] == 5 for r in runs)
     assert len(index.query(home, tag=f"bench:{battery['id']}")) == 1
+
+
+def _battery(bid: str, mode: str, pairs: dict) -> dict:
+    """A battery as run_battery returns it, {(algo, env): IQM} for its entries."""
+    return {
+        "id": bid, "mode": mode, "seeds": 5, "commit": "abc", "dirty": False, "wall_s": 12.0,
+        "entries": [
+            {
+                "algo": a, "env": e, "steps": 10_000, "sps": 1000.0, "previous": None,
+                "summary": {"n": 5, "iqm": iqm, "ci_low": iqm - 1, "ci_high": iqm + 1},
+                "judgement": {"status": "new"},
+            }
+            for (a, e), iqm in pairs.items()
+        ],
+    }  # fmt: skip
+
+
+def _rows(text: str, mode: str) -> dict:
+    section = text.split(f"bench {mode}: begin")[1].split(f"bench {mode}: end")[0]
+    return {
+        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| algo")
+    }
+
+
+def test_a_partial_battery_replaces_only_its_rows(tmp_path):
+    """The page as it is in the repository (11 rows per mode): a battery of one pair changes
+    that row alone, and says which battery each row comes from."""
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text((ROOT / "docs" / "benchmarks.md").read_text())
+    before = _rows(doc.read_text(), "quick")
+    assert len(before) == 11
+    update_docs(
+        doc, _battery("20261125-000000-cccc", "quick", {("cem", "CartPole-v1"): 321.0}), "cpu"
+    )
+    text = doc.read_text()
+    after = _rows(text, "quick")
+    assert after.keys() == before.keys()
+    assert "| 321.0 [320.0, 322.0] |" in after[("cem", "CartPole-v1")]
+    assert after[("cem", "CartPole-v1")].endswith("| 20261125-000000-cccc |")
+    for key, line in before.items():
+        if key != ("cem", "CartPole-v1"):  # the same numbers, now naming their battery
+            assert after[key].startswith(line.rstrip()) and after[key] != line, key
+    assert "- Battery 20261125-000000-cccc, 5 seeds per pair, commit abc, 12 s on cpu." in text
+    assert _rows(text, "full") == _rows((ROOT / "docs" / "benchmarks.md").read_text(), "full")
+    # a second partial battery: both batteries' rows stay, each described once
+    update_docs(
+        doc, _battery("20261125-000001-dddd", "quick", {("dqn", "CartPole-v1"): 7.0}), "cpu"
+    )
+    text = doc.read_text()
+    assert len(_rows(text, "quick")) == 11
+    assert text.count("- Battery 20261125-000000-cccc") == 1
+    assert _rows(text, "quick")[("cem", "CartPole-v1")] == after[("cem", "CartPole-v1")]
+
+
+def test_bench_writes_no_docs_unless_asked(cli, tmp_path):
+    """Run from a folder holding docs/benchmarks.md, a battery without --docs leaves it alone."""
+    project = tmp_path / "project"
+    (project / "docs").mkdir(parents=True)
+    page = project / "docs" / "benchmarks.md"
+    page.write_text((ROOT / "docs" / "benchmarks.md").read_text())
+    proc = cli(
+        "bench", "--quick", "--only", "cem:CartPole-v1", "--seeds", "2", "--workers", "2",
+        "--no-progress", cwd=project,
+    )  # fmt: skip
+    assert "| cem | CartPole-v1 | 10,000 | 2/2 |" in proc.stdout and "updated" not in proc.stdout
+    assert page.read_text() == (ROOT / "docs" / "benchmarks.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--docs", "{tmp}/page.md", "--set", "lr=1e-3"], "a modified battery is never written"),
+        (["--docs", "{tmp}/no/such/folder/page.md"], "does not exist"),
+        (["--docs", "{tmp}"], "a directory"),
+    ],
+)
+def test_bad_docs_are_refused_before_the_battery_runs(tmp_path, capsys, args, words):
+    from backflip import cli as backflip_cli
+
+    home = tmp_path / "archive"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    code = backflip_cli.main(["bench", "--quick", "--only", "cem", *args, "--home", str(home)])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
+    assert not home.exists() or not any(home.iterdir())

@@ -131,5 +131,5 @@ def test_every_preset_and_ablation_is_inside_the_domains():
         spec = get_algo(algo)
         for env in spec.presets:
             resolve(algo, env, [0], None)
-        for off in getattr(spec.module, "ABLATIONS", {}).values():
+        for off in getattr(spec.settings, "ABLATIONS", {}).values():
             resolve(algo, "CartPole-v1", [0], None, set_values=dict(off))

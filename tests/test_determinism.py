@@ -11,7 +11,7 @@ from backflip.telemetry import read_metrics
 CASES = [
     ("ppo", "Pendulum-v1", 2048, {"num_steps": 256, "epochs": 2, "scale_reward": True}),
     ("ppo", "Pendulum-v1", 2048, {"num_steps": 256, "epochs": 2, "sde": True}),
-    ("a2c", "CartPole-v1", 4096, {"log_interval": 500}),
+    ("a2c", "CartPole-v1", 4096, {"log_every": 500}),
     ("a2c", "Pendulum-v1", 2048, {"num_envs": 4, "norm_obs": True, "scale_reward": True}),
     ("vpg", "CartPole-v1", 4096, {}),
     ("vpg", "Pendulum-v1", 2048, {"num_steps": 128, "norm_obs": True}),

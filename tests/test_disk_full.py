@@ -104,7 +104,8 @@ def test_a_seed_that_runs_out_of_space_fails_with_the_message_recorded(tmp_path,
     import torch
 
     from backflip.config import resolve
-    from backflip.launch.seed import SeedJob, run_seed
+    from backflip.launch.job import SeedJob
+    from backflip.launch.seed import run_seed
     from backflip.runs.archive import load_run
     from backflip.runs.records import create_run, finalize_run
 

@@ -1,22 +1,29 @@
 """The algorithm registry.
 
-Each algorithm is one module in this package that defines, at module level:
+Each algorithm is two modules in this package:
 
-- `Config`: a dataclass of hyperparameters, each field with a one-line docstring;
-- `train(cfg, run)`: the training loop (`run` is a `backflip.seedrun.SeedRun`); DQN, DDPG, TD3
-  and SAC hand their pieces to the loop they share, `offpolicy.train`;
-- `ACTION_SPACES`: the action-space kinds it handles ("discrete", "box");
-- `DEFAULT_STEPS` and `PRESETS` (per-env overrides, optionally with a `steps` budget);
-- `load(checkpoint, obs_space, act_space, device="cpu") -> Agent` (see `algos/common.py`);
-- a `state()` dict for checkpoints that lets `backflip resume` continue exactly
-  (docs/experiments.md, "What an algorithm must put in state()").
+- `settings/<name>.py`, what it accepts, plain data that imports no torch: `Config` (a dataclass
+  of hyperparameters, each field with a one-line docstring), `ACTION_SPACES` (the action-space
+  kinds it handles, "discrete", "box"), `DEFAULT_STEPS` and `PRESETS` (per-env overrides,
+  optionally with a `steps` budget); optionally `ABLATIONS` ({switch name: settings that turn it
+  off}, for `backflip ablate`), `BENCHMARKS` ({env id: steps}, the reference envs of `backflip
+  bench`; default: `PRESETS`) and `budget(hp, steps, episode_limit)` (below);
+- `<name>.py`, the algorithm: `train(cfg, run)`, the training loop (`run` is a
+  `backflip.seedrun.SeedRun`; DQN, DDPG, TD3 and SAC hand their pieces to the loop they share,
+  `offpolicy.train`); `load(checkpoint, obs_space, act_space, device="cpu") -> Agent` (see
+  `algos/common.py`); and a `state()` dict for checkpoints that lets `backflip resume` continue
+  exactly (docs/experiments.md, "What an algorithm must put in state()").
 
-Optional: `ABLATIONS` ({switch name: settings that turn it off}, for `backflip ablate`) and
-`BENCHMARKS` ({env id: steps}, the reference envs of `backflip bench`; default: `PRESETS`).
+`get_algo(name)` reads the settings at once and imports the algorithm (torch, 1.5-4 s) only when
+`train`, `load` or `module` is used: resolving a config, `backflip show`, `--help` and the
+launcher never import torch; the seed processes do.
+
+Budgets: an algorithm that cannot stop exactly at `--steps` (whole rollouts, whole generations)
+defines `budget(hp, steps, episode_limit) -> (steps it will take or None if unknown until it
+ran, why)`; `planned_budget(cfg)` is what every run records and states before it trains.
 
 `common.py` (GAE, agents, health metrics) and `offpolicy.py` (the off-policy loop) are shared
-helpers, not algorithms. Modules are imported lazily so that commands which only read the
-archive never import torch.
+helpers, not algorithms.
 """
 
 from __future__ import annotations
@@ -43,12 +50,23 @@ ALGOS: dict[str, str] = {
 class AlgoSpec:
     name: str
     config: type
-    train: Any
     action_spaces: tuple[str, ...]
     default_steps: int
     presets: dict[str, dict]
-    load: Any
-    module: Any
+    settings: Any  # the settings module: Config, PRESETS, ABLATIONS, BENCHMARKS, budget
+
+    @property
+    def module(self):
+        """The algorithm's module (imports torch: only where a seed trains or an agent loads)."""
+        return importlib.import_module(f"backflip.algos.{self.name}")
+
+    @property
+    def train(self):
+        return self.module.train
+
+    @property
+    def load(self):
+        return self.module.load
 
 
 def get_algo(name: str) -> AlgoSpec:
@@ -56,14 +74,33 @@ def get_algo(name: str) -> AlgoSpec:
         raise UserError(
             f"unknown algorithm {name!r}{did_you_mean(name, ALGOS)}; available: {', '.join(ALGOS)}"
         )
-    mod = importlib.import_module(f"backflip.algos.{name}")
+    mod = importlib.import_module(f"backflip.algos.settings.{name}")
     return AlgoSpec(
         name=name,
         config=mod.Config,
-        train=mod.train,
         action_spaces=tuple(mod.ACTION_SPACES),
         default_steps=int(mod.DEFAULT_STEPS),
         presets=getattr(mod, "PRESETS", {}),
-        load=mod.load,
-        module=mod,
+        settings=mod,
     )
+
+
+def planned_budget(cfg, episode_limit: int | None = None) -> dict:
+    """The env steps each seed of `cfg` (a `TrainConfig`) will take, before it trains:
+    {"requested": --steps, "planned": the steps it will take (None: known only once it ran),
+    "why": the reason they differ, or None when the budget is exact}. `episode_limit`: the env's
+    time limit, for algorithms that finish whole episodes."""
+    rule = getattr(get_algo(cfg.algo).settings, "budget", None)
+    planned, why = (cfg.steps, None) if rule is None else rule(cfg.hp, cfg.steps, episode_limit)
+    if planned == cfg.steps:
+        why = None
+    return {"requested": cfg.steps, "planned": planned, "why": why}
+
+
+def budget_line(budget: dict) -> str | None:
+    """`budget: 1,000 steps requested, 768 will run (why)`, or None for an exact budget."""
+    if not budget.get("why"):
+        return None
+    planned = budget.get("planned")
+    will = f"{planned:,}" if planned is not None else f"at least {budget['requested']:,}"
+    return f"budget: {budget['requested']:,} steps requested, {will} will run ({budget['why']})"

@@ -18,44 +18,16 @@ a truncated episode simply scores its return so far.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from backflip.algos.common import Agent
+from backflip.algos.settings.cem import Config
 from backflip.config import TrainConfig
 from backflip.envs import restore_envs, snapshot_envs
 from backflip.errors import UserError
 from backflip.nets import ACTIVATIONS
 from backflip.seedrun import SeedRun
-
-ACTION_SPACES = ("discrete", "box")
-DEFAULT_STEPS = 100_000
-
-
-@dataclass
-class Config:
-    """CEM hyperparameters. Defaults: a linear policy; solved CartPole-v1 on seeds 0-19 within
-    1e5 steps (docs/algorithms.md, "CEM")."""
-
-    population: int = 64
-    """candidates per generation"""
-    elite_frac: float = 0.25
-    """fraction of the population kept to refit the distribution"""
-    episodes: int = 1
-    """episodes per candidate (its score is their mean return)"""
-    init_std: float = 1.0
-    """initial standard deviation of every parameter (the mean starts at 0)"""
-    extra_std: float = 0.1
-    """extra standard deviation added after each refit, decayed linearly to 0 over the budget"""
-    hidden: tuple[int, ...] = ()
-    """hidden layer sizes of the policy (empty: linear)"""
-    activation: str = "tanh"
-    """tanh, relu, elu or leaky_relu"""
-
-
-PRESETS = {"CartPole-v1": {"steps": 100_000}}
 
 
 class Policy:

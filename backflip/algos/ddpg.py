@@ -22,31 +22,9 @@ for both) are TD3's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from backflip.algos import td3
+from backflip.algos.settings.ddpg import Config
 
-ACTION_SPACES = ("box",)
-DEFAULT_STEPS = 20_000
-
-
-@dataclass
-class Config(td3.Config):
-    """DDPG hyperparameters: TD3's without its three fixes. Defaults: cheap and reliable on
-    Pendulum-v1 (docs/algorithms.md)."""
-
-    n_critics: int = 1
-    """Q-networks (DDPG: one; TD3's twin critics and the minimum of their targets curb
-    overestimation)"""
-    policy_delay: int = 1
-    """critic updates per actor (and target) update (DDPG: every one)"""
-    target_noise: float = 0.0
-    """std of the target-policy smoothing noise (DDPG: none)"""
-    target_noise_clip: float = 0.0
-    """clip of the target-policy smoothing noise"""
-
-
-PRESETS = td3.PRESETS  # rl-zoo's Pendulum-v1 entry is the same for both, and so are the probes'
-
-# DDPG trains, checkpoints and loads exactly as TD3 does, with the settings above
+# DDPG trains, checkpoints and loads exactly as TD3 does, with the settings of `Config`
 train, load = td3.train, td3.load
+__all__ = ["Config", "load", "train"]

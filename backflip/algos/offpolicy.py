@@ -53,22 +53,6 @@ from backflip.envs import restore_envs, snapshot_envs
 from backflip.nets import params_vector, to_bounds
 from backflip.seedrun import SeedRun
 
-# Budgets of `backflip probe` on the five Box probes: the default budgets (3,000-16,000 steps,
-# one gradient step of 256 samples each) take over a minute; one-step episodes need far less
-# (docs/doctor.md, "Probes").
-BOX_PROBE_STEPS = {1: 800, 2: 1200, 3: 1500, 4: 2000, 5: 3000}
-
-
-def box_probe_presets(probe3: dict, **settings) -> dict[str, dict]:
-    """`PRESETS` entries for the Box probes: their budgets and `settings`; probe 3, the one that
-    bootstraps, also gets `probe3` (faster target critics, say)."""
-    presets = {
-        f"backflip/Probe{k}Box-v0": {"steps": steps, **settings}
-        for k, steps in BOX_PROBE_STEPS.items()
-    }
-    presets["backflip/Probe3Box-v0"].update(probe3)
-    return presets
-
 
 class Experience:
     """The env side of an off-policy seed: one training env copy, its spaces, the replay buffer

@@ -39,7 +39,6 @@ shuffled (the loss is a mean over it); the entropy term leaves the graph when it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -56,131 +55,14 @@ from backflip.algos.common import (
     log_obs_stats,
     obs_dtype,
 )
+from backflip.algos.settings import rollouts
+from backflip.algos.settings.ppo import Config
 from backflip.envs import restore_envs, snapshot_envs
 from backflip.nets import FlatParams
 from backflip.normalize import ObsNormalizer, RewardScaler
 from backflip.seedrun import SeedRun
 
-ACTION_SPACES = ("discrete", "box")
-DEFAULT_STEPS = 100_000
 KL_SAMPLES = 256  # image observations: samples of the rollout the KL after an update is taken on
-
-
-@dataclass
-class Config:
-    """PPO hyperparameters. Defaults follow rl-baselines3-zoo's CartPole-v1 settings."""
-
-    num_envs: int = 8
-    """parallel env copies per rollout"""
-    num_steps: int = 32
-    """steps per env copy per rollout (rollout size = num_envs * num_steps)"""
-    minibatch_size: int = 256
-    """samples per gradient step (the rollout is split into near-equal minibatches)"""
-    epochs: int = 20
-    """passes over each rollout"""
-    gamma: float = 0.98
-    """discount factor"""
-    gae_lambda: float = 0.8
-    """GAE lambda (bias-variance trade-off of the advantage estimate)"""
-    lr: float = 1e-3
-    """Adam learning rate"""
-    anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over the budget"""
-    clip: float = 0.2
-    """surrogate clipping range epsilon"""
-    anneal_clip: bool = True
-    """decay the clipping range linearly to 0 over the budget"""
-    clip_vloss: bool = False
-    """clip the value update to +-clip around the old value"""
-    vf_coef: float = 0.5
-    """value loss weight"""
-    ent_coef: float = 0.0
-    """entropy bonus weight"""
-    max_grad_norm: float = 0.5
-    """global gradient norm clip (0: off)"""
-    norm_adv: bool = True
-    """normalize advantages per minibatch"""
-    norm_obs: bool = False
-    """normalize observations with running mean/std (frozen during evaluation)"""
-    scale_reward: bool = False
-    """divide rewards by the running std of the discounted return (never shifted)"""
-    target_kl: float = 0.0
-    """stop the epochs of an update early when the minibatch KL exceeds 1.5x this (0: off)"""
-    hidden: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the policy and value MLPs (separate networks)"""
-    activation: str = "tanh"
-    """tanh, relu, elu or leaky_relu"""
-    log_std_init: float = 0.0
-    """initial log standard deviation of the Gaussian policy (Box actions; with sde: log σ)"""
-    sde: bool = False
-    """Box actions: generalized state-dependent exploration (gSDE, nets.ActorCritic)"""
-    sde_sample_freq: int = 0
-    """with sde: draw new exploration noise every this many steps (0: once per rollout)"""
-    adam_eps: float = 1e-5
-    """Adam epsilon"""
-
-
-PRESETS = {
-    # rl-zoo's entry with 6 epochs at lr 5e-3 instead of 20 at 1e-3: a greedy 475 in about half
-    # the wall-clock time (3.3x fewer gradient steps, a few more env steps), and a final return
-    # >= 475 on all of seeds 0-39 (benchmarks/ppo_cartpole_defaults.py; docs/algorithms.md)
-    "CartPole-v1": {"steps": 100_000, "epochs": 6, "lr": 5e-3},
-    # Tuned here (no gSDE, unlike rl-zoo). 3e5 steps: at 2e5 seed 1 was still improving at the
-    # end (-259); at 3e5 seeds 0-9 end between -119 and -219 (docs/algorithms.md, "PPO").
-    "Pendulum-v1": {
-        "steps": 300_000,
-        "num_envs": 8,
-        "num_steps": 128,
-        "minibatch_size": 64,
-        "epochs": 10,
-        "gamma": 0.95,
-        "gae_lambda": 0.95,
-        "lr": 1e-3,
-        "anneal_lr": True,
-        "anneal_clip": False,
-        "norm_obs": True,
-        "scale_reward": True,
-        "log_std_init": -0.5,
-    },
-}
-
-# The PPO paper's Atari settings (Schulman et al. 2017, table 5: 8 actors x 128 steps, 3 epochs of
-# minibatches of 256, lr 2.5e-4 and clip 0.1 both annealed, entropy 0.01, 10M agent steps = 40M
-# frames), for the seven games Christiano et al. (2017) used. The defaults' 20 epochs per 256
-# steps cost 20 forward-backward passes of the CNN per agent step, 3 epochs cost 3 (Atari on a
-# CPU: docs/benchmarks.md).
-ATARI = {
-    "steps": 10_000_000,
-    "num_envs": 8,
-    "num_steps": 128,
-    "minibatch_size": 256,
-    "epochs": 3,
-    "gamma": 0.99,
-    "gae_lambda": 0.95,
-    "lr": 2.5e-4,
-    "clip": 0.1,
-    "ent_coef": 0.01,
-    "vf_coef": 1.0,
-}
-for _game in ("BeamRider", "Breakout", "Enduro", "Pong", "Qbert", "Seaquest", "SpaceInvaders"):
-    PRESETS[f"{_game}NoFrameskip-v4"] = dict(ATARI)
-
-# `backflip bench`'s reference envs: the presets' classic-control envs (Atari's 10M steps per seed
-# are days of CPU)
-BENCHMARKS = {"CartPole-v1": 100_000, "Pendulum-v1": 300_000}
-
-# Design choices `backflip ablate` can turn off: name -> the settings that turn it off.
-ABLATIONS = {
-    "obs_norm": {"norm_obs": False},
-    "adv_norm": {"norm_adv": False},
-    "value_clip": {"clip_vloss": False},
-    "reward_scale": {"scale_reward": False},
-    "lr_anneal": {"anneal_lr": False},
-    "clip_anneal": {"anneal_clip": False},
-    "grad_clip": {"max_grad_norm": 0.0},
-    "kl_stop": {"target_kl": 0.0},
-    "entropy_bonus": {"ent_coef": 0.0},
-}
 
 
 def load(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
@@ -266,7 +148,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     else:  # a fresh start (or a resume whose envs could not be saved: they restart)
         obs, _ = envs.reset(seed=run.env_seed + step)
         prev_done = np.zeros(N, bool)
-    iterations = max(1, run.steps // (N * T))
+    iterations = rollouts(run.steps, N, T)  # whole rollouts: the run states it (`budget`)
     while it < iterations and not run.stopping:
         it += 1
         frac = 1.0 - (it - 1) / iterations

@@ -25,7 +25,6 @@ the one all off-policy algorithms share: `backflip/algos/offpolicy.py`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,6 +32,7 @@ from torch import nn
 
 from backflip.algos import offpolicy
 from backflip.algos.common import Agent
+from backflip.algos.settings.sac import Config
 from backflip.config import TrainConfig
 from backflip.nets import (
     QCritics,
@@ -44,52 +44,7 @@ from backflip.nets import (
 )
 from backflip.seedrun import SeedRun
 
-ACTION_SPACES = ("box",)
-DEFAULT_STEPS = 20_000
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
-
-
-@dataclass
-class Config:
-    """SAC hyperparameters. Defaults: cheap and reliable on Pendulum-v1 (docs/algorithms.md)."""
-
-    hidden: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the actor and of each critic"""
-    activation: str = "relu"
-    """tanh, relu, elu or leaky_relu"""
-    lr: float = 1e-3
-    """Adam learning rate of the actor, the critics and the temperature"""
-    batch_size: int = 256
-    """transitions per gradient step"""
-    buffer_size: int = 1_000_000
-    """replay capacity in transitions (never more than the budget is allocated)"""
-    learning_starts: int = 100
-    """env steps of uniformly random actions before the first update"""
-    train_every: int = 1
-    """env steps between training phases"""
-    gradient_steps: int = 1
-    """gradient steps per training phase"""
-    gamma: float = 0.99
-    """discount factor"""
-    tau: float = 0.005
-    """Polyak rate of the target critics"""
-    target_every: int = 1
-    """gradient steps between target-critic updates"""
-    alpha_init: float = 1.0
-    """initial entropy temperature alpha"""
-    autotune_alpha: bool = True
-    """learn alpha to keep the policy's entropy near target_entropy (false: alpha stays at alpha_init)"""
-    target_entropy: float = 0.0
-    """entropy the temperature aims for, nats (0: -dim(A), the usual choice)"""
-
-
-PRESETS: dict[str, dict] = {
-    "Pendulum-v1": {"steps": 20_000},
-    # `backflip probe sac`; probe 3 bootstraps: faster target critics, and a smaller initial
-    # temperature: the soft value V(0) = γ (Q(1, ·) − α log π) is γ plus an entropy term until α
-    # decays (0.58 with α₀ = 1)
-    **offpolicy.box_probe_presets({"tau": 0.02, "alpha_init": 0.1}, batch_size=128),
-}
 
 
 class Actor(nn.Module):

@@ -26,63 +26,16 @@ the one all off-policy algorithms share: `backflip/algos/offpolicy.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from torch import nn
 
 from backflip.algos import offpolicy
 from backflip.algos.common import Agent
+from backflip.algos.settings.td3 import Config
 from backflip.config import TrainConfig
 from backflip.nets import QCritics, frozen_copy, grad_norm, mlp, polyak_update
 from backflip.seedrun import SeedRun
-
-ACTION_SPACES = ("box",)
-DEFAULT_STEPS = 20_000
-
-
-@dataclass
-class Config:
-    """TD3 hyperparameters. Defaults: cheap and reliable on Pendulum-v1 (docs/algorithms.md)."""
-
-    hidden: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the actor and of each critic"""
-    activation: str = "relu"
-    """tanh, relu, elu or leaky_relu"""
-    lr: float = 1e-3
-    """Adam learning rate of the actor and the critics"""
-    batch_size: int = 256
-    """transitions per gradient step"""
-    buffer_size: int = 1_000_000
-    """replay capacity in transitions (never more than the budget is allocated)"""
-    learning_starts: int = 1000
-    """env steps of uniformly random actions before the first update"""
-    train_every: int = 1
-    """env steps between training phases"""
-    gradient_steps: int = 1
-    """gradient steps per training phase"""
-    gamma: float = 0.98
-    """discount factor"""
-    tau: float = 0.005
-    """Polyak rate of the target networks"""
-    n_critics: int = 2
-    """Q-networks; targets take their minimum (clipped double-Q), the actor climbs the first"""
-    policy_delay: int = 2
-    """critic updates per actor (and target) update"""
-    action_noise: float = 0.1
-    """std of the Gaussian exploration noise, in [-1, 1] action units"""
-    target_noise: float = 0.2
-    """std of the target-policy smoothing noise (0: no smoothing)"""
-    target_noise_clip: float = 0.5
-    """clip of the target-policy smoothing noise"""
-
-
-PRESETS: dict[str, dict] = {
-    "Pendulum-v1": {"steps": 20_000},
-    # `backflip probe td3`; probe 3 bootstraps: faster target critics
-    **offpolicy.box_probe_presets({"tau": 0.02}, batch_size=128, learning_starts=200),
-}
 
 
 def networks(cfg: Config, obs_space, act_space, device) -> tuple[nn.Module, QCritics]:

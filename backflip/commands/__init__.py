@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 
 from backflip import jsonout
@@ -14,6 +16,27 @@ from backflip import jsonout
 def add_home(parser) -> None:
     parser.add_argument(
         "--home", metavar="DIR", help="archive root (default: $BACKFLIP_HOME or ./runs)"
+    )
+
+
+def workers(text: str) -> int:
+    """`--workers K`: a whole number >= 1. Zero or a negative number would start no seed (or,
+    taken as "the default", silently as many as there are CPUs): refused in one line."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (seed processes at once), got {k}")
+    return k
+
+
+def add_workers(parser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=workers,
+        metavar="K",
+        help=f"seed processes at once, at least 1 (default: CPU count, {os.cpu_count()})",
     )
 
 

@@ -35,7 +35,7 @@ def run(args) -> int:
         from backflip.algos import get_algo
 
         spec = get_algo(args.algo)
-        for name, off in getattr(spec.module, "ABLATIONS", {}).items():
+        for name, off in getattr(spec.settings, "ABLATIONS", {}).items():
             print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in off.items()))
         return 0
     if not args.switch:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from backflip.commands import add_backend, add_format, add_home, backend_address, print_json
+from backflip.commands import (
+    add_backend,
+    add_format,
+    add_home,
+    add_workers,
+    backend_address,
+    print_json,
+)
 from backflip.commands.train import check_backend
 from backflip.errors import UserError
 
@@ -17,8 +25,8 @@ def register(sub) -> None:
         help="the benchmark battery: every algorithm on its reference envs, regressions flagged",
         description="Run every algorithm on its reference envs (5 seeds, fixed budgets), store "
         "the runs tagged `bench`, compare each with the previous battery (regression: "
-        "P(old > new) > 0.75 with a CI excluding 0.5), print a table and update "
-        "docs/benchmarks.md.",
+        "P(old > new) > 0.75 with a CI excluding 0.5) and print a table; with --docs FILE, "
+        "also put the table in FILE (its rows only: other pairs' rows stay).",
     )
     p.add_argument("--quick", action="store_true", help="a tenth of each budget (smoke battery)")
     p.add_argument(
@@ -41,10 +49,9 @@ def register(sub) -> None:
     p.add_argument(
         "--docs",
         metavar="FILE",
-        default="docs/benchmarks.md",
-        help="benchmarks page to update (default docs/benchmarks.md, if it exists)",
+        help="also write the table into this Markdown page (e.g. docs/benchmarks.md), between "
+        "its battery markers, replacing only the rows of the pairs run (default: write nothing)",
     )
-    p.add_argument("--no-docs", action="store_true")
     p.add_argument(
         "--plot",
         metavar="FILE",
@@ -53,7 +60,7 @@ def register(sub) -> None:
     )
     p.add_argument("--no-plot", action="store_true")
     add_format(p)
-    p.add_argument("--workers", type=int, metavar="K")
+    add_workers(p)
     add_backend(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -72,6 +79,7 @@ def run(args) -> int:
         raise UserError("--seeds must be at least 2")
     check_backend(args.backend, backend_address(args))
     plot = figure_path(args.plot, args.format) if args.plot else None  # a bad name: before runs
+    docs = check_docs(args.docs, parse_sets(args.sets)) if args.docs else None
     home = home_dir(args.home, create=True)
     battery = run_battery(
         home,
@@ -87,16 +95,10 @@ def run(args) -> int:
     if not args.no_plot and any(a["summary"].get("n") for a in battery["across_envs"]["algos"]):
         plot = plot or figure_path(home / "bench" / battery["id"], args.format)
         battery["plot"] = str(battery_figure(battery, plot))
-    docs = Path(args.docs)
     note = None
-    if not args.no_docs and not battery["overrides"]:
-        if docs.exists():
-            import os
-
-            update_docs(docs, battery, f"{cpu_model()}, {os.cpu_count()} CPUs")
-            note = f"updated {docs}"
-        else:
-            note = f"{docs} not found: docs not updated"
+    if docs is not None:
+        update_docs(docs, battery, f"{cpu_model()}, {os.cpu_count()} CPUs")
+        note = f"updated {docs}: the rows of {len(battery['entries'])} pair(s)"
     if args.json:
         print_json(battery)
     else:
@@ -106,3 +108,18 @@ def run(args) -> int:
         if battery.get("plot"):
             print(f"plot: {battery['plot']}")
     return 1 if battery["regressions"] else 0
+
+
+def check_docs(path: str, overrides: dict) -> Path:
+    """`--docs FILE`, checked before the battery runs: a what-if battery (`--set`) is never a
+    benchmark figure, and the page must be a file that can be written."""
+    if overrides:
+        raise UserError("--docs with --set: a modified battery is never written to the docs")
+    docs = Path(path)
+    if docs.is_dir():
+        raise UserError(f"--docs {path}: a directory, not a Markdown file")
+    if not docs.parent.is_dir():
+        raise UserError(f"--docs {path}: folder {docs.parent} does not exist")
+    if not os.access(docs if docs.exists() else docs.parent, os.W_OK):
+        raise UserError(f"--docs {path}: not writable")
+    return docs

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from backflip.commands import add_backend, add_format, add_home, backend_address, print_json
+from backflip.commands import (
+    add_backend,
+    add_format,
+    add_home,
+    add_workers,
+    backend_address,
+    print_json,
+)
 from backflip.commands.train import check_backend
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -54,7 +61,7 @@ def register(sub) -> None:
     c.set_defaults(func=run_create)
     r = verbs.add_parser("run", help="run a frozen plan and report every run")
     r.add_argument("file", metavar="FILE")
-    r.add_argument("--workers", type=int, metavar="K")
+    add_workers(r)
     add_backend(r)
     r.add_argument("--no-progress", action="store_true")
     add_plot_args(r)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_home, fit_teacher
+from backflip.commands import add_home, add_workers, fit_teacher
 from backflip.commands.train import (
     DEFAULT_SEEDS,
     _steps,
@@ -70,7 +70,7 @@ def _common(p) -> None:
         default_text="5, or 1 with --labeler human: each seed asks a person for its own labels",
     )
     p.add_argument("--steps", type=_steps, metavar="N", help="agent steps per seed")
-    p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
+    add_workers(p)
     p.add_argument(
         "--set",
         action="append",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home, backend_address, print_json
+from backflip.commands import add_backend, add_home, add_workers, backend_address, print_json
 
 # the library is imported inside functions: `backflip --help` imports every command module
 
@@ -18,7 +18,7 @@ def register(sub) -> None:
         "counters), appending to the same metrics. Finished seeds are left alone.",
     )
     p.add_argument("run", metavar="ID", help="run id, unique prefix, `last`, or a run directory")
-    p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
+    add_workers(p)
     add_backend(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--json", action="store_true")

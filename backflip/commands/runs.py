@@ -39,12 +39,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from backflip.runs import index
     from backflip.runs.archive import home_dir, load_run
-    from backflip.summary import duration, fmt, run_state
+    from backflip.summary import duration, fmt, run_state, text_table
 
     home = home_dir(args.home)
     if args.reindex or args.repair:
@@ -83,37 +80,28 @@ def run(args) -> int:
             )
         )
         return 0
-    table = Table(box=None, header_style="bold")
-    for col in (
-        "id",
-        "started",
-        "status",
-        "algo",
-        "env",
-        "seeds",
-        "steps",
-        "final return",
-        "duration",
-        "message",
-    ):
-        table.add_column(col, no_wrap=col != "message", overflow="fold")
+    header = ["id", "started", "status", "algo", "env", "seeds", "steps", "final return"]
+    header += ["duration", "message"]
+    table = []
     for r in rows:
         final = (
             "-"
             if r["final_mean"] is None
             else (f"{fmt(r['final_mean'])} [{fmt(r['final_min'])}, {fmt(r['final_max'])}]")
         )
-        table.add_row(
-            r["id"],
-            (r["created"] or "")[:16].replace("T", " "),
-            r["status"],
-            r["algo"],
-            r["env"],
-            str(r["n_seeds"]),
-            f"{r['steps'] or 0:,}",
-            final,
-            duration(r["duration_s"]),
-            r["message"] or "",
+        table.append(
+            [
+                r["id"],
+                (r["created"] or "")[:16].replace("T", " "),
+                r["status"],
+                r["algo"],
+                r["env"],
+                str(r["n_seeds"]),
+                f"{r['steps'] or 0:,}",
+                final,
+                duration(r["duration_s"]),
+                " ".join((r["message"] or "").split()),  # one line per run
+            ]
         )
-    Console(width=200).print(table)
+    print(text_table(header, table))
     return 0

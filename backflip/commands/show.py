@@ -27,9 +27,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from backflip.algos import budget_line
     from backflip.runs.archive import home_dir, load_run
     from backflip.runs.index import resolve_run
-    from backflip.summary import reproduce_command, run_summary, seed_table_rows
+    from backflip.summary import reproduce_command, run_summary, seed_table_rows, text_table
 
     run_dir = resolve_run(home_dir(args.home), args.run)
     record = load_run(run_dir)
@@ -49,21 +50,16 @@ def run(args) -> int:
     if args.json:
         print_json(record)
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=200)
     print(run_summary(record))
     print(f"directory: {run_dir}")
     print(f"started {record.get('created')}, ended {record.get('ended', '-')}")
     if record.get("rerun_of"):
         print(f"rerun of: {record['rerun_of']}")
-    table = Table(box=None, header_style="bold")
-    for col in ("seed", "status", "final eval", "steps", "steps/s", "wall", "error"):
-        table.add_column(col)
-    for row in seed_table_rows(record["seeds"]):
-        table.add_row(*row)
-    console.print(table)
+    stated = budget_line(record.get("budget") or {})
+    if stated:  # the steps each seed took are in the table below
+        print(stated)
+    header = ["seed", "status", "final eval", "steps", "steps/s", "wall", "error"]
+    print(text_table(header, seed_table_rows(record["seeds"])))
     print("\nconfig:")
     cfg = record["config"]
     for section in ("hp", "run", "env", "doctor"):

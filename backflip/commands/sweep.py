@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_format, add_home, backend_address, print_json
+from backflip.commands import (
+    add_backend,
+    add_format,
+    add_home,
+    add_workers,
+    backend_address,
+    print_json,
+)
 from backflip.commands.train import _steps, add_seed_args, check_backend, seeds_from
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -25,7 +32,7 @@ def add_study_args(p) -> None:
         help="change the default configuration every variant starts from (repeatable)",
     )
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
-    p.add_argument("--workers", type=int, metavar="K", help="seed processes at once")
+    add_workers(p)
     add_backend(p)
     p.add_argument("--no-plot", action="store_true")
     add_format(p)

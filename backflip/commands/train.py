@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 
-from backflip.commands import add_backend, add_home, backend_address, print_json
+from backflip.commands import add_backend, add_home, add_workers, backend_address, print_json
 from backflip.errors import UserError
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -31,12 +31,7 @@ def register(sub) -> None:
         metavar="N",
         help="env steps per seed (default: the algorithm's budget for this env)",
     )
-    p.add_argument(
-        "--workers",
-        type=int,
-        metavar="K",
-        help=f"seed processes at once (default: CPU count, {os.cpu_count()})",
-    )
+    add_workers(p)
     p.add_argument(
         "--set",
         action="append",
@@ -156,12 +151,13 @@ def execute(
     from backflip.config import check_device
     from backflip.envs import AtariProtocolWarning, check_supported
     from backflip.journal import expected_seconds, premortem
-    from backflip.launch import launch_run
+    from backflip.launch import launch_run, prepare
     from backflip.runs.archive import read_record, run_lock, write_record
     from backflip.summary import run_summary
 
     spec = get_algo(cfg.algo)
     check_backend(backend, address)
+    prepare(backend)  # the seeds' server imports torch while the launcher checks and records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AtariProtocolWarning)
         check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home, backend_address, print_json
+from backflip.commands import add_backend, add_home, backend_address, print_json, workers
 from backflip.commands.train import _steps, add_seed_args, check_backend, seeds_from
 from backflip.config import parse_sets
 
@@ -62,7 +62,7 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--workers",
-        type=int,
+        type=workers,
         metavar="K",
         help="seed processes at once (default: the trial's seeds, so they reach each "
         "evaluation together)",

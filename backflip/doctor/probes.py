@@ -15,8 +15,9 @@ resulting `Agent` is asked for values (`Agent.value`: V(s) or max_a Q(s, a)) and
 | 5 | act(±1) matches the sign (Box: ±0.5), V(±1) = 1 | policy–value interplay, batching |
 
 Probe 3 runs with γ = 0.5 so that a discount applied twice (γ² = 0.25) is far outside the
-tolerance. An algorithm module may tune a probe through its `PRESETS` under the probe's env id
-(e.g. `"backflip/Probe4Box-v0": {"steps": 20000}`); otherwise the budgets below apply. An
+tolerance. An algorithm may tune a probe through its `PRESETS` (`algos/settings/<algo>.py`)
+under the probe's env id (e.g. `"backflip/Probe4Box-v0": {"steps": 20000}`); otherwise the
+budgets below apply. An
 algorithm without a value function (`Agent.value is None`) skips the value checks.
 """
 

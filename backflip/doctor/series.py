@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as sps
 
 from backflip.returns import EVAL_RETURN, LEARNED_NOTE, TRAINING_RETURN, TRUE_RETURN
 from backflip.runs.layout import EPISODES
+from backflip.stats import scipy_stats
 
 Series = tuple[np.ndarray, np.ndarray]  # (steps, values)
 
@@ -170,7 +170,7 @@ def spearman(x, y) -> float:
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan
-    return float(sps.spearmanr(x, y).statistic)
+    return float(scipy_stats().spearmanr(x, y).statistic)
 
 
 def rolling_median(values: np.ndarray, window: int) -> np.ndarray:
@@ -272,7 +272,7 @@ def progress(d: RunData, returns: Returns | None = None) -> Progress | None:
         improved = False
         if late.mean() > early.mean() + 0.2 * noise:
             try:
-                p = sps.mannwhitneyu(late, early, alternative="greater").pvalue
+                p = scipy_stats().mannwhitneyu(late, early, alternative="greater").pvalue
             except ValueError:  # every value identical
                 p = 1.0
             improved = bool(p < 0.01)

@@ -10,8 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import os
 import pickle
+import sys
 import warnings
+from collections.abc import Iterable
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -57,24 +61,81 @@ def _maybe_register_ale(env_id: str) -> None:
             ) from None
 
 
-def check_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
-    """The registered spec for `env_id`, or a UserError naming the closest ids.
+# folders this process put on sys.path to import an env module (`import_env_module`): a run
+# records them and its seed processes put them on theirs (`launch.seed`)
+_module_paths: list[str] = []
 
-    `module:EnvId-v0` first imports `module` (which registers the env), as `gymnasium.make` does.
-    """
-    register_envs()
-    module, _, env_id = env_id.rpartition(":")
-    if module:
+
+def import_env_module(module: str, env_id: str, search: Iterable[str | Path | None] = ()) -> None:
+    """Import the module of `module:EnvId-v0`: from the Python path, else from the current
+    directory, else from the first folder of `search` that holds it (a rerun: the folder its run
+    was launched from). The `backflip` command, unlike `python -m`, does not put the current
+    directory on the path, so `--env myenvs:Corridor-v0` with myenvs.py beside you would
+    otherwise fail. A folder it is found in is added to the end of sys.path (the installed
+    packages keep precedence) and to `module_paths()`."""
+    try:
+        importlib.import_module(module)
+        return
+    except ImportError as e:
+        missing = isinstance(e, ModuleNotFoundError) and (
+            e.name == module or module.startswith(f"{e.name}.")
+        )
+        if not missing:  # the module is there but fails to import: its own error
+            raise UserError(f"cannot import {module!r} for env {env_id!r}: {e}") from None
+    top = module.split(".")[0]
+    folders = list(dict.fromkeys(str(Path(d).resolve()) for d in [os.getcwd(), *search] if d))
+    for folder in folders:
+        here = Path(folder)
+        if not ((here / f"{top}.py").is_file() or (here / top).is_dir()):
+            continue
+        if folder not in sys.path:
+            sys.path.append(folder)
+            _module_paths.append(folder)
+        importlib.invalidate_caches()
         try:
             importlib.import_module(module)
         except ImportError as e:
             raise UserError(f"cannot import {module!r} for env {env_id!r}: {e}") from None
+        return
+    raise UserError(
+        f"cannot import {module!r} for env {env_id!r}: no module {top!r} on the Python path or "
+        f"in {' or '.join(folders)}; run from the folder that holds {top}.py or add that folder "
+        "to PYTHONPATH"
+    )
+
+
+def module_paths() -> list[str]:
+    """The folders `import_env_module` added to sys.path in this process."""
+    return list(_module_paths)
+
+
+def check_env_id(
+    env_id: str, search: Iterable[str | Path | None] = ()
+) -> gym.envs.registration.EnvSpec:
+    """The registered spec for `env_id`, or a UserError naming the closest ids.
+
+    `module:EnvId-v0` first imports `module` (which registers the env), as `gymnasium.make` does,
+    from the Python path, else from the current directory, else from the folders in `search`
+    (`import_env_module`).
+    """
+    register_envs()
+    module, _, env_id = env_id.rpartition(":")
+    if module:
+        import_env_module(module, env_id, search)
     _maybe_register_ale(env_id)
     try:
         return gym.spec(env_id)
     except (gym.error.Error, ModuleNotFoundError, AttributeError, ValueError):
         hint = did_you_mean(env_id, gym.registry.keys())
         raise UserError(f"unknown environment {env_id!r}{hint}") from None
+
+
+def episode_limit(env_id: str, opts: EnvOptions | None = None) -> int | None:
+    """The longest an episode of `env_id` can be (`env.max_episode_steps`, else the env's own
+    time limit), or None when it has none."""
+    if opts is not None and opts.max_episode_steps:
+        return opts.max_episode_steps
+    return check_env_id(env_id).max_episode_steps
 
 
 def space_kind(space: gym.Space) -> str:

@@ -2,13 +2,15 @@
 the previous battery so a regression is caught the day it lands (Schulman: "have a system for
 continuously benchmarking code").
 
-Reference envs and budgets come from each algorithm module's `BENCHMARKS` ({env id: steps}), or,
-when it has none, from its `PRESETS` (each preset env at its preset budget; the probe envs'
-presets, which tune `backflip probe`, are left out). A battery runs every
+Reference envs and budgets come from each algorithm's settings (`algos/settings/<algo>.py`):
+`BENCHMARKS` ({env id: steps}), or, when it has none, its `PRESETS` (each preset env at its
+preset budget; the probe envs' presets, which tune `backflip probe`, are left out). A battery
+runs every
 (algorithm, env) pair with 5 seeds (seeds 0-4, fixed), all in one worker pool; each pair is an
 archived run tagged `bench` and `bench:<battery id>`; the battery itself is
 `<archive>/bench/<id>.json`. `--quick` uses a tenth of each budget (a smoke battery; quick and
-full batteries are only compared with their own kind).
+full batteries are only compared with their own kind). The table goes to a Markdown page only
+when asked (`update_docs`, `backflip bench --docs FILE`), replacing the rows of its pairs alone.
 
 Regression rule, per pair: the previous battery's seeds beat the new ones with
 P(old > new) > 0.75 and the 95% CI of that probability above 0.5.
@@ -46,7 +48,7 @@ def reference_pairs(only: list[str] | None = None) -> list[tuple[str, str, int]]
     pairs = []
     for name in ALGOS:
         spec = get_algo(name)
-        table = getattr(spec.module, "BENCHMARKS", None)
+        table = getattr(spec.settings, "BENCHMARKS", None)
         if table is None:
             table = {  # (the probes' presets tune `backflip probe`, not a benchmark)
                 env: int(p.get("steps", spec.default_steps))
@@ -279,17 +281,21 @@ def _find(battery: dict, entry: dict) -> dict | None:
     return None
 
 
-def markdown_table(battery: dict) -> str:
+TABLE_HEADER = (
+    "| algo | env | steps | seeds | final return IQM [95% CI] | previous | "
+    "P(old > new) [95% CI] | status | steps/s per seed |"
+)
+
+
+def table_rows(battery: dict) -> list[tuple[tuple[str, str], str]]:
+    """One Markdown row per pair: [((algo, env), row)]."""
+
     def ci(s):
         if not s or not s.get("n"):
             return "-"
         return f"{fmt(s['iqm'])} {stats.interval(s['ci_low'], s['ci_high'], s['n'])}"
 
-    rows = [
-        "| algo | env | steps | seeds | final return IQM [95% CI] | previous | "
-        "P(old > new) [95% CI] | status | steps/s per seed |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for e in battery["entries"]:
         j = e["judgement"]
         poi = "-"
@@ -299,12 +305,18 @@ def markdown_table(battery: dict) -> str:
             )
             poi = f"{j['poi_old_new']:.2f} {stats.interval(*j['poi_ci'], n, digits=2)}"
         prev = ci(e["previous"]["summary"]) if e.get("previous") else "-"
-        rows.append(
+        row = (
             f"| {e['algo']} | {e['env']} | {e['steps']:,} | {e['summary'].get('n', 0)}/"
             f"{battery['seeds']} | {ci(e['summary'])} | {prev} | {poi} | {j['status']} | "
             f"{fmt(e['sps'], 0)} |"
         )
-    return "\n".join(rows)
+        rows.append(((e["algo"], e["env"]), row))
+    return rows
+
+
+def markdown_table(battery: dict) -> str:
+    separator = "|" + "---|" * TABLE_HEADER.count(" | ") + "---|"
+    return "\n".join([TABLE_HEADER, separator] + [row for _, row in table_rows(battery)])
 
 
 def across_envs_table(battery: dict) -> str:
@@ -356,25 +368,70 @@ def format_battery(battery: dict) -> str:
     return "\n".join(lines)
 
 
+BATTERY_LINE = re.compile(r"^(?:- )?(Battery (\S+?), .*?\.)(?= Written by|$)")
+
+
 def update_docs(path: Path, battery: dict, machine: str) -> None:
-    """Replace this mode's section of docs/benchmarks.md (between markers) with the battery."""
+    """Put the battery into this mode's section of a Markdown page (between its markers): each
+    pair's row replaces the row of the same algorithm and env, the rows of pairs it did not run
+    stay as they were, and every row names the battery that measured it, which the section
+    describes (commit, time, machine). A page without the section gets one at its end."""
     begin = f"<!-- backflip bench {battery['mode']}: begin -->"
     end = f"<!-- backflip bench {battery['mode']}: end -->"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    found = pattern.search(text)
+    rows, described = _section(found.group(0) if found else "")
+    for key, row in table_rows(battery):
+        rows[key] = f"{row} {battery['id']} |"
+    described[battery["id"]] = (
+        f"Battery {battery['id']}, {battery['seeds']} seeds per pair, commit "
+        f"{str(battery.get('commit'))[:12]}"
+        + (" (with uncommitted changes)" if battery.get("dirty") else "")
+        + f", {battery['wall_s']:.0f} s on {machine}."
+    )
+    used = {row.rstrip(" |").rsplit("| ", 1)[1].strip() for row in rows.values()}
+    batteries = [d for bid, d in sorted(described.items()) if bid in used or bid == battery["id"]]
+    header = f"{TABLE_HEADER} battery |"
     body = (
         f"{begin}\n### Battery ({battery['mode']}): `backflip bench"
         + (" --quick" if battery["mode"] == "quick" else "")
-        + f"`\n\nBattery {battery['id']}, {battery['seeds']} seeds per pair, "
-        f"commit {str(battery.get('commit'))[:12]}"
-        + (" (with uncommitted changes)" if battery.get("dirty") else "")
-        + f", {battery['wall_s']:.0f} s on {machine}. Written by `backflip bench`; the "
-        "regression rule is P(old > new) > 0.75 with its 95% CI above 0.5.\n\n"
-        + markdown_table(battery)
-        + f"\n{end}"
+        + "`\n\nWritten by `backflip bench --docs FILE`: a battery replaces the rows of the pairs "
+        "it ran and leaves the others, and each row names its battery. The regression rule is "
+        "P(old > new) > 0.75 with its 95% CI above 0.5.\n\n"
+        + "".join(f"- {d}\n" for d in batteries)
+        + f"\n{header}\n|"
+        + "---|" * (header.count(" | ") + 1)
+        + "\n"
+        + "".join(f"{row}\n" for row in rows.values())
+        + end
     )
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
-    if pattern.search(text):
+    if found:
         text = pattern.sub(lambda _: body, text)
     else:
         text = text.rstrip("\n") + "\n\n" + body + "\n"
     path.write_text(text)
+
+
+def _section(section: str) -> tuple[dict[tuple[str, str], str], dict[str, str]]:
+    """The rows of a section `update_docs` wrote, {(algo, env): row ending in its battery id},
+    and its batteries' descriptions, {battery id: text}. Rows of the older layout (one battery
+    per section, no battery column) get the id of the battery the section names."""
+    described: dict[str, str] = {}
+    rows: dict[tuple[str, str], str] = {}
+    columns = TABLE_HEADER.count(" | ") + 1
+    for line in section.splitlines():
+        m = BATTERY_LINE.match(line.strip())
+        if m:
+            described[m.group(2)] = m.group(1)
+    only = next(iter(described), None) if len(described) == 1 else None
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or cells[0] in ("algo", "") or set(cells[0]) <= {"-"}:
+            continue
+        if len(cells) == columns and only:  # the older layout: the section's one battery
+            line = f"{line.rstrip()} {only} |"
+        elif len(cells) != columns + 1:
+            continue
+        rows[(cells[0], cells[1])] = line.rstrip()
+    return rows, described

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from backflip.config import TrainConfig
-from backflip.envs import why_no_snapshot
+from backflip.envs import check_env_id, module_paths, why_no_snapshot
 from backflip.errors import UserError
 from backflip.launch import diagnose_finished, run_jobs
-from backflip.launch.seed import SeedJob, last_checkpoint
+from backflip.launch.job import SeedJob, last_checkpoint
 from backflip.runs import index
 from backflip.runs.archive import load_run, now_iso, pid_alive, read_record, run_lock, write_record
 from backflip.runs.layout import seed_dir
@@ -39,6 +39,9 @@ def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | Non
         raise UserError(f"run {record['id']} is still running (pid {record['pid']})")
     jobs, plan = [], {}
     config = record["config"]
+    # the env module where the run found it (its folder, or the one it was launched from)
+    check_env_id(config["env_id"], [*record.get("import_paths", []), record.get("cwd")])
+    paths = module_paths()
     for st in record["seeds"]:
         seed = st["seed"]
         if st.get("status") == "finished":
@@ -52,11 +55,13 @@ def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | Non
             raise UserError(f"seed {seed} of run {record['id']} is still running (pid {st['pid']})")
         found = last_checkpoint(seed_dir(run_dir, seed))
         if found is None:
-            jobs.append(SeedJob(str(run_dir), seed, config))
+            jobs.append(SeedJob(str(run_dir), seed, config, import_paths=paths))
             plan[seed] = None
         else:
             path, step = found
-            jobs.append(SeedJob(str(run_dir), seed, config, append=True, resume_from=str(path)))
+            jobs.append(
+                SeedJob(str(run_dir), seed, config, True, resume_from=str(path), import_paths=paths)
+            )
             plan[seed] = step
     return record, jobs, plan
 

@@ -7,7 +7,8 @@ values in (0.5, 1) — discounts, λ — are scaled on 1 − v instead (the hori
 flipped, and a setting with a fixed set of choices tries its neighbours.
 
 `backflip ablate ALGO --env E --switch name ...` turns each named design choice off, one at a
-time; the names map to settings in the algorithm module's `ABLATIONS` dict.
+time; the names map to settings in the `ABLATIONS` dict of the algorithm's settings
+(`algos/settings/<algo>.py`).
 
 Every variant is its own archived run (tagged `sweep:<id>`), all seeds of all variants share one
 worker pool, and every variant uses the same seeds as the default (common random numbers).
@@ -123,7 +124,7 @@ def _fmt(v) -> str:
 
 def ablation_variants(spec, base_flat: dict, switches: list[str]) -> list:
     """[{label, key, value, overrides}] — each named design choice turned off."""
-    table = getattr(spec.module, "ABLATIONS", {})
+    table = getattr(spec.settings, "ABLATIONS", {})
     if not table:
         raise UserError(f"{spec.name} defines no ablation switches (ABLATIONS) yet")
     if switches == ["all"]:

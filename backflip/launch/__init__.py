@@ -18,22 +18,32 @@ run, asks every seed to stop at its next iteration boundary as a first Ctrl-C do
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
 
+from backflip.algos import budget_line, planned_budget
 from backflip.config import check_tags
-from backflip.doctor import diagnose_run_dir
+from backflip.envs import episode_limit, module_paths
 from backflip.errors import UserError
 from backflip.launch.display import Display
-from backflip.launch.local import run_jobs_local
+from backflip.launch.job import SeedJob, mark_not_started
+from backflip.launch.local import run_jobs_local, start_forkserver
 from backflip.launch.ray import run_jobs_ray
-from backflip.launch.seed import SeedJob, mark_not_started
 from backflip.launch.slurm import run_jobs_slurm
 from backflip.runs.archive import is_enospc
 from backflip.runs.records import create_run, finalize_run
 
 BACKENDS = {"local": run_jobs_local, "ray": run_jobs_ray, "slurm": run_jobs_slurm}
+
+
+def prepare(backend: str = "local") -> None:
+    """Start, before a run exists, what its seeds will need: the local backend's forkserver,
+    whose imports then overlap the launcher's checks and bookkeeping (`launch_runs` calls it
+    too; the CLI calls it first thing)."""
+    if backend == "local":
+        start_forkserver()
 
 
 def run_jobs(
@@ -82,7 +92,10 @@ def launch_runs(
     every stored config (`prefs` for a preference-learning run), or, as a list, to each config
     its own (preference runs with different pipeline settings in one pool). `should_stop()`:
     see the module's docstring."""
-    workers = max(1, workers or os.cpu_count() or 1)
+    if workers is not None and workers < 1:  # the CLI refuses it too (commands.workers)
+        raise UserError(f"workers must be at least 1 (seed processes at once), got {workers}")
+    workers = workers or os.cpu_count() or 1
+    prepare(backend)
     n = len(cfgs)
     messages = messages or [""] * n
     tags = tags or [[] for _ in range(n)]
@@ -93,6 +106,8 @@ def launch_runs(
     run_dirs, jobs = [], []
     for cfg, message, tag, label, more in zip(cfgs, messages, tags, labels, extras, strict=True):
         config = {**cfg.to_dict(), **more}
+        budget = planned_budget(cfg, episode_limit(cfg.env_id, cfg.env))  # imports env modules
+        paths = module_paths()  # where the env module was found, for the seeds and reruns
         run_dir, _ = create_run(
             home,
             config,
@@ -100,12 +115,22 @@ def launch_runs(
             message,
             rerun_of=rerun_of,
             tags=tag,
-            extra={"backend": {"name": backend, "address": address}},
+            extra={
+                "backend": {"name": backend, "address": address},
+                "budget": budget,
+                "import_paths": paths,
+            },
         )
         run_dirs.append(run_dir)
         if on_created is not None:
             on_created(run_dir)
-        jobs += [SeedJob(str(run_dir), s, config, label=label) for s in cfg.seeds]
+        line = budget_line(budget)
+        if line:  # before any seed trains: the steps it will really take, and why
+            where = f" ({label or run_dir.name})" if n > 1 else ""
+            print(line.replace("budget:", f"budget{where}:", 1), file=sys.stderr, flush=True)
+        jobs += [
+            SeedJob(str(run_dir), s, config, label=label, import_paths=paths) for s in cfg.seeds
+        ]
     started = time.time()
     try:
         run_jobs(
@@ -125,6 +150,9 @@ def launch_runs(
 
 def diagnose_finished(run_dir: Path) -> list[dict]:
     """The doctor's findings on a finished run (also written to its findings.json)."""
+    # imported after training: the doctor's rules are not needed to start a run
+    from backflip.doctor import diagnose_run_dir
+
     try:
         return [f.to_dict() for f in diagnose_run_dir(Path(run_dir))]
     except UserError:  # no seed wrote metrics (all failed at once): nothing to diagnose

@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from backflip.launch.seed import SeedJob
+from backflip.launch.job import SeedJob
 
 PHASE_PRINT_S = 30.0  # plain (non-terminal) output: a long phase's progress at most this often
 

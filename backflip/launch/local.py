@@ -13,15 +13,30 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from pathlib import Path
 
 from backflip.launch.display import Display
-from backflip.launch.seed import SeedJob, final_status, redirected_output, run_seed
+from backflip.launch.job import SeedJob, final_status
 from backflip.runs.layout import seed_dir
+
+# The seed process's code (`seed.py`) imports torch: imported by `_child` in the seed's process
+# (preloaded by the forkserver), never by the launcher, which would wait for torch too.
+PRELOAD = [
+    "torch",
+    "torch._dynamo",  # imported by the first optimizer a seed builds: once, not per seed
+    "gymnasium",
+    "backflip.launch.seed",  # the seed's own code: the seed run, the live doctor, the spine
+    "scipy.stats",  # the live doctor's rules import it when they first run: once, here
+    "backflip.launch.local",  # `_child`, which names the seed's code
+    "backflip.algos.ppo",
+]
 
 
 def _child(job: SeedJob, conn) -> None:
+    from backflip.launch.seed import redirected_output, run_seed  # torch: see PRELOAD
+
     os.environ["OMP_NUM_THREADS"] = "1"
     # Out of the terminal's process group: a Ctrl-C reaches the launcher alone, which asks each
     # seed once (SIGTERM) to stop at its next iteration with a final checkpoint, and a second
@@ -38,12 +53,16 @@ def _child(job: SeedJob, conn) -> None:
 
 def _context():
     ctx = mp.get_context("forkserver")
-    # torch._dynamo: imported by the first optimizer a seed builds; once, not per seed.
-    # backflip.launch.seed: the seed's own code (the seed run, the live doctor, the algorithms' spine)
-    ctx.set_forkserver_preload(
-        ["torch", "torch._dynamo", "gymnasium", "backflip.launch.seed", "backflip.algos.ppo"]
-    )
+    ctx.set_forkserver_preload(PRELOAD)
     return ctx
+
+
+def start_forkserver() -> None:
+    """Start the server seeds fork from, if it is not running: its imports (torch, ~1.5-4 s)
+    then overlap the launcher's own work (checks, provenance, the index) instead of following
+    it. Called as soon as a command knows it will train locally."""
+    _context()
+    forkserver.ensure_running()
 
 
 def run_jobs_local(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from backflip.errors import UserError
 from backflip.launch.display import Display
-from backflip.launch.seed import SeedJob, final_status, redirected_output, run_seed
+from backflip.launch.job import SeedJob, final_status
 from backflip.runs.layout import seed_dir
 
 
@@ -70,6 +70,9 @@ class _Conn:
 
 def _seed_task(job: SeedJob, index: int, channel) -> dict:
     """Body of the Ray task: one seed, its output in the seed's log files as locally."""
+    # the seed's code imports torch: in the Ray worker, never in the launcher
+    from backflip.launch.seed import redirected_output, run_seed
+
     folder = seed_dir(Path(job.run_dir), job.seed)
     folder.mkdir(parents=True, exist_ok=True)
     with redirected_output(folder, job.append):

@@ -8,7 +8,8 @@ flushed and a final checkpoint written; a second signal stops at once). Progress
 launcher as messages on a connection (`conn.send(tuple)`): ("progress", seed, step, steps/s,
 return), ("status", seed, text), ("warning", seed, text), ("done", seed, status).
 
-The backends (`local.py`, `ray.py`) start seeds; this module is what they share.
+The backends (`local.py`, `ray.py`) start seeds; this module is what they share, and it runs in
+the seed's process only (it imports torch): the launcher's side of a seed is `job.py`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import socket
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,43 +28,23 @@ import torch
 from backflip.algos import get_algo
 from backflip.config import TrainConfig
 from backflip.doctor.live import LiveDoctor
+from backflip.launch.job import SeedJob, write_status
 from backflip.prefs.pipeline import train_seed
 from backflip.returns import TRAINING_RETURN, TRUE_RETURN
 from backflip.runs.archive import (
     NO_SPACE,
     STATUS_RESERVE,
-    close_dead_seed,
     is_enospc,
     now_iso,
     read_json,
-    seed_status,
     write_json,
 )
-from backflip.runs.layout import (
-    CHECKPOINTS,
-    FINAL_CHECKPOINT,
-    STATUS,
-    STDERR,
-    STDOUT,
-    TRACEBACK,
-    checkpoint_step,
-    seed_dir,
-)
+from backflip.runs.layout import STATUS, STDERR, STDOUT, TRACEBACK, seed_dir
 from backflip.seedrun import NonFiniteError, SeedRun
 from backflip.summary import status_text
 from backflip.telemetry import truncate_logs
 
 PROGRESS_EVERY_S = 0.5
-
-
-@dataclass
-class SeedJob:
-    run_dir: str
-    seed: int
-    config: dict
-    append: bool = False  # resume: append to existing metrics
-    resume_from: str | None = None  # resume: the checkpoint to continue from
-    label: str = ""  # how the progress display names the run (when several share a pool)
 
 
 @contextlib.contextmanager
@@ -100,6 +80,9 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     polled with the progress (how the Ray backend asks a seed to stop at an iteration boundary).
     """
     torch.set_num_threads(1)
+    for path in job.import_paths:  # where the launcher found the run's env module
+        if path not in sys.path:
+            sys.path.append(path)
     folder = seed_dir(Path(job.run_dir), job.seed)
     folder.mkdir(parents=True, exist_ok=True)
     status = {
@@ -240,21 +223,6 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     return status
 
 
-def write_status(folder: Path, status: dict) -> None:
-    """A seed's status.json; on a full disk without its traceback if the whole one does not fit
-    (the launcher also has it in memory: the `done` message)."""
-    try:
-        write_json(folder / STATUS, status)
-    except OSError as e:
-        if not is_enospc(e):
-            raise
-        slim = {k: v for k, v in status.items() if k != "traceback"}
-        try:
-            write_json(folder / STATUS, slim)
-        except OSError:
-            print("could not record the outcome in status.json: disk full", file=sys.stderr)
-
-
 # torch's words when a distribution gets NaN or infinite parameters (the policy's output)
 
 
@@ -277,65 +245,3 @@ def failure_text(e: BaseException, run) -> str:
             f"infinite (an update blew up: lower the learning rate, clip gradients) — {text}"
         )
     return text
-
-
-def mark_not_started(job: SeedJob) -> dict:
-    folder = seed_dir(Path(job.run_dir), job.seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    if job.resume_from:  # a resumed seed keeps its old status: still resumable
-        return read_json(folder / STATUS)
-    status = {
-        "seed": job.seed,
-        "status": "interrupted",
-        "steps": 0,
-        "error": "not started: the launcher was stopped",
-        "ended": now_iso(),
-    }
-    write_json(folder / STATUS, status)
-    return status
-
-
-def final_status(
-    job: SeedJob, exitcode: int | None, why: str | None = None, reported: dict | None = None
-) -> dict:
-    """The seed's status.json, repaired when its process died without writing the outcome
-    (`archive.close_dead_seed`: failed, with the steps its metrics show), or could not (a full
-    disk: `reported` is the outcome the process sent, written here)."""
-    run_dir = Path(job.run_dir)
-    status = seed_status(run_dir, job.seed)
-    unfinished = ("running", "waiting", "pending", "unknown", "missing")
-    if status.get("status") in unfinished and reported is not None:
-        status = reported
-        write_status(seed_dir(run_dir, job.seed), status)
-    if status.get("status") in unfinished:
-        if not why:
-            if exitcode is not None and exitcode < 0:
-                sig = signal.Signals(-exitcode).name
-                extra = " (often the kernel's out-of-memory killer)" if sig == "SIGKILL" else ""
-                why = f"the seed's process was killed by {sig}{extra}"
-            else:
-                why = f"the seed's process exited with code {exitcode} without a result"
-        status = {**status, "seed": job.seed, "status": "running", "pid": None}
-        status["host"] = socket.gethostname()  # its process is gone: nothing to wait for
-        status = close_dead_seed(run_dir, status, why)
-    return status
-
-
-def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
-    """The checkpoint with the highest step in a seed's folder: (path, step), or None. Where a
-    seed continues from: `backflip resume`, and a Slurm task requeued after a preemption."""
-    found = []
-    for path in (folder / CHECKPOINTS).glob("*.pt"):
-        step = checkpoint_step(path.name)
-        if step is not None:
-            found.append((step, path))
-        elif path.name == FINAL_CHECKPOINT:
-            try:
-                step = torch.load(path, map_location="cpu", weights_only=False)["step"]
-            except Exception:  # noqa: BLE001 — a torn or foreign file is not a checkpoint
-                continue
-            found.append((int(step), path))
-    if not found:
-        return None
-    step, path = max(found, key=lambda t: (t[0], t[1].name == FINAL_CHECKPOINT))
-    return path, step

@@ -14,7 +14,7 @@ before the time limit or a preemption (`--signal USR2@90`), or a plain SIGTERM â
 its seed to stop at the next iteration boundary, which writes a final checkpoint (as Ctrl-C does
 locally), and `SeedTask.checkpoint` hands submitit the task that continues from it; submitit
 requeues the job (`scontrol requeue`), and the requeued task resumes the seed exactly as
-`backflip resume` would (`seed.last_checkpoint`; metrics logged after the checkpoint are redone),
+`backflip resume` would (`job.last_checkpoint`; metrics logged after the checkpoint are redone),
 so a preempted seed ends with the numbers of an uninterrupted one. A task whose seed finished
 returns its outcome at once if it is started again.
 
@@ -46,13 +46,7 @@ import yaml
 
 from backflip.errors import UserError
 from backflip.launch.display import Display
-from backflip.launch.seed import (
-    SeedJob,
-    final_status,
-    last_checkpoint,
-    redirected_output,
-    run_seed,
-)
+from backflip.launch.job import SeedJob, final_status, last_checkpoint
 from backflip.runs.archive import seed_status
 from backflip.runs.layout import new_run_id, seed_dir
 from backflip.telemetry import last_logged
@@ -127,6 +121,9 @@ def _seed_child(job: SeedJob, event, stop_file: str) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     folder = seed_dir(Path(job.run_dir), job.seed)
     folder.mkdir(parents=True, exist_ok=True)
+    # the seed's code imports torch: in the Slurm task, never in the launcher
+    from backflip.launch.seed import redirected_output, run_seed
+
     with redirected_output(folder, job.append):
         run_seed(job, _StopConn(event, stop_file), handle_signals=False)
 

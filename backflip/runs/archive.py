@@ -29,10 +29,19 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from backflip import jsonout, stats
+from backflip import jsonout
 from backflip.errors import UserError
-from backflip.runs.layout import BACKUP, INDEX, LOCK, RUN_ID, RUN_JSON, SEEDS, STATUS, seed_dir
-from backflip.telemetry import last_logged
+from backflip.runs.layout import (
+    BACKUP,
+    GITIGNORE,
+    INDEX,
+    LOCK,
+    RUN_ID,
+    RUN_JSON,
+    SEEDS,
+    STATUS,
+    seed_dir,
+)
 
 STATUSES = ("running", "finished", "failed", "interrupted")
 
@@ -58,9 +67,22 @@ def home_dir(home: str | Path | None = None, create: bool = False) -> Path:
             probe = path / f".write-test-{os.getpid()}"
             probe.write_text("")
             probe.unlink()
+            keep_out_of_git(path)
         except OSError as e:
             raise UserError(f"archive root {path} is not writable: {e.strerror or e}") from None
     return path
+
+
+def keep_out_of_git(folder: Path) -> None:
+    """Give a folder of backflip's outputs (the archive, a report) a `.gitignore` of `*`, unless
+    it has one. Written inside a git repository (`./runs`, `--out report`), the outputs then
+    neither show in `git status` nor go, as untracked files, into the code.patch of every later
+    run launched there (runs/provenance.py), which would mark its code as modified."""
+    f = Path(folder) / GITIGNORE
+    if not f.exists():
+        f.write_text(
+            "# written by backflip: its outputs stay out of git (delete this file to commit them)\n*\n"
+        )
 
 
 def now_iso() -> str:
@@ -459,6 +481,8 @@ def close_dead_seed(run_dir: Path, status: dict, why: str | None = None) -> dict
         }
     elif status.get("status") in ("running", "waiting") and not seed_alive(status):
         status = dict(status)
+        from backflip.telemetry import last_logged  # NumPy: not for `runs` and `show`, which read
+
         step, wall = last_logged(folder)
         status["steps"] = max(status.get("steps") or 0, step)
         started = _timestamp(status.get("started"))
@@ -491,6 +515,8 @@ def run_status(seed_statuses: list[str]) -> str:
 def aggregate(record: dict, seeds: list[dict]) -> dict:
     """Set the run's status and results from its seeds' statuses; only seeds whose folder and
     status.json are intact count in the results."""
+    from backflip import stats  # NumPy and SciPy: here, not for `runs` and `show`, which read
+
     record["status"] = run_status([s.get("status") for s in seeds])
     per_seed = _per_seed(seeds)
     record["results"] = {**stats.summarize(list(per_seed.values())), "per_seed": per_seed}

@@ -2,10 +2,14 @@
 env copies get. One owner: whatever writes or reads the archive names its paths through here.
 
     <home>/
+      .gitignore                 GITIGNORE: `*`, so an archive inside a git repository stays out
+                                 of it (`archive.keep_out_of_git`)
       index.sqlite               INDEX: a cache of every run.json (runs/index.py)
+      reports/<id>/              REPORTS: `backflip report`'s default output
       <run id>/
-        run.json                 RUN_JSON: id, argv, message, resolved config, status, results,
-                                 provenance
+        run.json                 RUN_JSON: id, argv, cwd, message, resolved config, budget
+                                 (steps requested and planned), import_paths (where its env
+                                 module was found), status, results, provenance
         run.json.bak             BACKUP: the last good copy of run.json (restored from if it breaks)
         .lock                    LOCK: held while run.json is read, changed and written
         code.patch               uncommitted changes of the repo the run was launched from
@@ -36,6 +40,8 @@ from pathlib import Path
 
 RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")  # a run directory's name: `new_run_id`
 INDEX = "index.sqlite"
+GITIGNORE = ".gitignore"
+REPORTS = "reports"
 RUN_JSON = "run.json"
 BACKUP = "run.json.bak"
 LOCK = ".lock"

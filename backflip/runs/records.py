@@ -23,6 +23,7 @@ from backflip.runs.archive import (
     NO_SPACE,
     RUN_RESERVE,
     aggregate,
+    keep_out_of_git,
     now_iso,
     read_record,
     run_lock,
@@ -45,6 +46,8 @@ def create_run(
 
     `extra` adds keys to run.json (e.g. `backend`: where the seeds run). If any of it fails
     (a full disk), the directory is removed: no half-made run is left behind."""
+    home.mkdir(parents=True, exist_ok=True)
+    keep_out_of_git(home)
     for _ in range(100):
         run_id = new_run_id()
         run_dir = home / run_id

@@ -387,7 +387,7 @@ def test_the_progress_line_shows_a_waiting_seed():
     from rich.console import Console
 
     from backflip.launch.display import Display
-    from backflip.launch.seed import SeedJob
+    from backflip.launch.job import SeedJob
 
     jobs = [SeedJob("/nonexistent", 0, {"steps": 1000})]
     display = Display(jobs, enabled=True)

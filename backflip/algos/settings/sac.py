@@ -1,0 +1,58 @@
+"""SAC: what `backflip train sac` accepts — the hyperparameters (`Config`, each field's
+docstring is its documentation), the per-env presets and budgets (`PRESETS`).
+
+Kept apart from `algos/sac.py` (the algorithm, which imports torch) so that resolving and
+checking a config, `backflip show` and `--help` never import torch (`algos/__init__.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backflip.algos.settings import box_probe_presets
+
+ACTION_SPACES = ("box",)
+DEFAULT_STEPS = 20_000
+
+
+@dataclass
+class Config:
+    """SAC hyperparameters. Defaults: cheap and reliable on Pendulum-v1 (docs/algorithms.md)."""
+
+    hidden: tuple[int, ...] = (64, 64)
+    """hidden layer sizes of the actor and of each critic"""
+    activation: str = "relu"
+    """tanh, relu, elu or leaky_relu"""
+    lr: float = 1e-3
+    """Adam learning rate of the actor, the critics and the temperature"""
+    batch_size: int = 256
+    """transitions per gradient step"""
+    buffer_size: int = 1_000_000
+    """replay capacity in transitions (never more than the budget is allocated)"""
+    learning_starts: int = 100
+    """env steps of uniformly random actions before the first update"""
+    train_every: int = 1
+    """env steps between training phases"""
+    gradient_steps: int = 1
+    """gradient steps per training phase"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """Polyak rate of the target critics"""
+    target_every: int = 1
+    """gradient steps between target-critic updates"""
+    alpha_init: float = 1.0
+    """initial entropy temperature alpha"""
+    autotune_alpha: bool = True
+    """learn alpha to keep the policy's entropy near target_entropy (false: alpha stays at alpha_init)"""
+    target_entropy: float = 0.0
+    """entropy the temperature aims for, nats (0: -dim(A), the usual choice)"""
+
+
+PRESETS: dict[str, dict] = {
+    "Pendulum-v1": {"steps": 20_000},
+    # `backflip probe sac`; probe 3 bootstraps: faster target critics, and a smaller initial
+    # temperature: the soft value V(0) = γ (Q(1, ·) − α log π) is γ plus an entropy term until α
+    # decays (0.58 with α₀ = 1)
+    **box_probe_presets({"tau": 0.02, "alpha_init": 0.1}, batch_size=128),
+}

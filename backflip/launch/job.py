@@ -1,0 +1,117 @@
+"""The launcher's side of a seed: what a seed job is (`SeedJob`), and its outcome as recorded in
+the seed's status.json — written by the seed (`write_status`), or, when its process died without
+one or never started, by the launcher (`final_status`, `mark_not_started`).
+
+The seed's own side, which imports torch and trains, is `seed.py`: the launcher never imports it
+(a seed process does), so starting a run does not wait for torch in two processes.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backflip.runs.archive import (
+    close_dead_seed,
+    is_enospc,
+    now_iso,
+    read_json,
+    seed_status,
+    write_json,
+)
+from backflip.runs.layout import CHECKPOINTS, FINAL_CHECKPOINT, STATUS, checkpoint_step, seed_dir
+
+
+@dataclass
+class SeedJob:
+    run_dir: str
+    seed: int
+    config: dict
+    append: bool = False  # resume: append to existing metrics
+    resume_from: str | None = None  # resume: the checkpoint to continue from
+    label: str = ""  # how the progress display names the run (when several share a pool)
+    # folders the launcher put on sys.path for the run's env module (`envs.module_paths`): the
+    # seed puts them on its own before it makes an env
+    import_paths: list[str] = field(default_factory=list)
+
+
+def write_status(folder: Path, status: dict) -> None:
+    """A seed's status.json; on a full disk without its traceback if the whole one does not fit
+    (the launcher also has it in memory: the `done` message)."""
+    try:
+        write_json(folder / STATUS, status)
+    except OSError as e:
+        if not is_enospc(e):
+            raise
+        slim = {k: v for k, v in status.items() if k != "traceback"}
+        try:
+            write_json(folder / STATUS, slim)
+        except OSError:
+            print("could not record the outcome in status.json: disk full", file=sys.stderr)
+
+
+def mark_not_started(job: SeedJob) -> dict:
+    folder = seed_dir(Path(job.run_dir), job.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    if job.resume_from:  # a resumed seed keeps its old status: still resumable
+        return read_json(folder / STATUS)
+    status = {
+        "seed": job.seed,
+        "status": "interrupted",
+        "steps": 0,
+        "error": "not started: the launcher was stopped",
+        "ended": now_iso(),
+    }
+    write_json(folder / STATUS, status)
+    return status
+
+
+def final_status(
+    job: SeedJob, exitcode: int | None, why: str | None = None, reported: dict | None = None
+) -> dict:
+    """The seed's status.json, repaired when its process died without writing the outcome
+    (`archive.close_dead_seed`: failed, with the steps its metrics show), or could not (a full
+    disk: `reported` is the outcome the process sent, written here)."""
+    run_dir = Path(job.run_dir)
+    status = seed_status(run_dir, job.seed)
+    unfinished = ("running", "waiting", "pending", "unknown", "missing")
+    if status.get("status") in unfinished and reported is not None:
+        status = reported
+        write_status(seed_dir(run_dir, job.seed), status)
+    if status.get("status") in unfinished:
+        if not why:
+            if exitcode is not None and exitcode < 0:
+                sig = signal.Signals(-exitcode).name
+                extra = " (often the kernel's out-of-memory killer)" if sig == "SIGKILL" else ""
+                why = f"the seed's process was killed by {sig}{extra}"
+            else:
+                why = f"the seed's process exited with code {exitcode} without a result"
+        status = {**status, "seed": job.seed, "status": "running", "pid": None}
+        status["host"] = socket.gethostname()  # its process is gone: nothing to wait for
+        status = close_dead_seed(run_dir, status, why)
+    return status
+
+
+def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
+    """The checkpoint with the highest step in a seed's folder: (path, step), or None. Where a
+    seed continues from: `backflip resume`, and a Slurm task requeued after a preemption."""
+    found = []
+    for path in (folder / CHECKPOINTS).glob("*.pt"):
+        step = checkpoint_step(path.name)
+        if step is not None:
+            found.append((step, path))
+        elif path.name == FINAL_CHECKPOINT:  # the only name without its step: read it
+            import torch  # here only: the launcher loads torch for a final checkpoint alone
+
+            try:
+                step = torch.load(path, map_location="cpu", weights_only=False)["step"]
+            except Exception:  # noqa: BLE001 — a torn or foreign file is not a checkpoint
+                continue
+            found.append((int(step), path))
+    if not found:
+        return None
+    step, path = max(found, key=lambda t: (t[0], t[1].name == FINAL_CHECKPOINT))
+    return path, step
