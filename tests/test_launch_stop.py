@@ -106,3 +106,33 @@ def test_sigint_to_one_seed_interrupts_it_with_a_final_checkpoint(home):
     assert seed["status"] == "interrupted", err
     assert (home / run_id / "seeds" / "0" / "checkpoints" / "final.pt").exists()
     assert f"backflip resume {run_id}" in out
+
+
+def test_compare_says_which_seeds_were_scored_before_their_budget_ended(home, cli):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", "--seeds",
+         "1", "--steps", "1000000", "--set", "eval_every=2000", "--set", "eval_episodes=2",
+         "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(home), cwd=ROOT,
+        start_new_session=True,
+    )  # fmt: skip
+    stopped = proc.stdout.readline().split()[1].rstrip(":")
+    metrics = home / stopped / "seeds" / "0" / "metrics.csv"
+    deadline = time.time() + 120
+    while time.time() < deadline and (
+        not metrics.exists() or "eval/return_mean" not in metrics.read_text()
+    ):
+        time.sleep(0.2)
+    time.sleep(1)  # the evaluation's row is written; its result is the seed's last
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    seed = load_run(home / stopped)["seeds"][0]
+    assert seed["status"] == "interrupted" and seed["final_eval_return"] is not None
+    done = json.loads(
+        cli("train", "ppo", "--env", "CartPole-v1", "--steps", "2048", "--seeds", "1",
+            "--no-progress", "--json").stdout
+    )["id"]  # fmt: skip
+    report = json.loads(cli("compare", done, stopped, "--json").stdout)
+    notes = [n for n in report["fairness"] if "stopped before the budget" in n]
+    assert len(notes) == 1 and "interrupted, last evaluated at step" in notes[0], report["fairness"]
+    assert "1,000,000 steps" in notes[0]

@@ -149,6 +149,14 @@ def _backflip_task(home: Path, ref: str, metric: str, window: int) -> dict:
         "message": record.get("message", ""),
         "status": record.get("status"),
         "seeds": [s["seed"] for s in seeds],
+        # seeds stopped before their budget: their score is the last evaluation they reached
+        "early": [
+            {"seed": s["seed"], "status": s.get("status"), "eval_step": s.get("eval_step")}
+            for s in seeds
+            if s.get("status") != "finished"
+            and s.get("final_eval_return") is not None
+            and (s.get("eval_step") or 0) < (cfg.get("steps") or 0)
+        ],
         "scores": {
             "eval": [s.get("final_eval_return") for s in seeds],
             "train": [
@@ -367,6 +375,18 @@ def fairness_notes(sides: list[dict]) -> list[str]:
             "has had more chances to look good"
         )
     for s in sides:
+        for t in s["tasks"]:
+            early = [e for e in t.get("early", []) if t["score"] == "eval"]
+            if early:
+                where = f"{s['label']} ({t['env']})" if s["normalized"] else s["label"]
+                each = ", ".join(
+                    f"{e['seed']} ({e['status']}, last evaluated at step {e['eval_step'] or 0:,})"
+                    for e in early
+                )
+                notes.append(
+                    f"{where}: seeds {each} stopped before the budget of "
+                    f"{t['steps_per_seed']:,} steps: scored by an earlier evaluation"
+                )
         n = s["summary"].get("n", 0)
         if s["missing"]:
             what = "final evaluation" if s["score"] == "eval" else "training episodes"
