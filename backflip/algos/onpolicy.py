@@ -140,6 +140,7 @@ class Rollouts:
         # what the update reads (images stay uint8 until the CNN scales them: 4x less memory)
         shape, act_shape = self.obs_space.shape, self.act_space.shape
         self.obs = torch.zeros((T, N, *shape), dtype=obs_dtype(self.obs_space))
+        self.obs_np = self.obs.numpy()  # the same memory: NumPy's writes cost less per step
         self.act = torch.zeros(
             (T, N, *act_shape), dtype=torch.long if self.discrete else torch.float32
         )
@@ -154,6 +155,7 @@ class Rollouts:
         if run.tel.enabled and not self.images:
             self.raw_obs = np.zeros((T, N, *shape), np.float32)
         self.adv = self.ret = None
+        self.whole = False  # the last rollout had no autoreset step (`batch`)
         self.episodes = EpisodeTracker(N)
         self.next_obs, self.prev_done = None, np.zeros(N, bool)
         self._since_row: list[tuple] = []  # statistics of the rollouts since the last row
@@ -213,7 +215,7 @@ class Rollouts:
             self.valid[t] = ~prev_done
             if raw:
                 self.raw_obs[t] = obs
-            self.obs[t] = torch.as_tensor(self.obs_norm(obs) if self.obs_norm else obs)
+            self.obs_np[t] = self.obs_norm(obs) if self.obs_norm else obs
             out, self.val[t] = ac(self.obs[t].to(device))
             action, self.logp[t] = ac.sample(out)
             self.act[t] = action
@@ -236,13 +238,20 @@ class Rollouts:
         """The last rollout's valid transitions (call it outside inference mode: the losses save
         these tensors for backward)."""
         n = self.num_steps * self.num_envs
-        keep = torch.as_tensor(self.valid).reshape(-1).nonzero().squeeze(-1)
+        # no episode ended in the rollout: every transition, without a gather (on tiny rollouts
+        # the gathers are a sizable part of an iteration); the batch then views the storage
+        self.whole = bool(self.valid.all())
+        keep = slice(None)
+        if not self.whole:
+            keep = torch.as_tensor(self.valid).reshape(-1).nonzero().squeeze(-1)
         obs = self.obs.reshape(n, *self.obs_space.shape)[keep].to(self.device)
         act = self.act.reshape(n, *self.act_space.shape)[keep].to(self.device)
         logp, val, adv, ret = (
             x.reshape(-1)[keep].to(self.device)
             for x in (self.logp, self.val[:-1], self.adv, self.ret)
         )
+        if self.whole:  # GAE ran in inference mode: the losses need tensors autograd may save
+            adv, ret = adv.clone(), ret.clone()
         return Batch(obs=obs, act=act, logp=logp, val=val, adv=adv, ret=ret)
 
     # -- the row's statistics --------------------------------------------------------------------
@@ -250,14 +259,17 @@ class Rollouts:
     def add_to_row(self, b: Batch) -> None:
         """Keep the last rollout's statistics (`b` is its batch) for the next row."""
         v = self.valid
+        val, act = b.val, None if self.discrete else b.act
+        if self.whole:  # views of the storage, which the next rollout overwrites
+            val, act = val.clone(), None if act is None else act.clone()
         self._since_row.append(
             {
-                "val": b.val,
+                "val": val,
                 "ret": b.ret,
                 "adv": b.adv,
                 "rew": self.raw_rew[v],
                 "obs": None if self.raw_obs is None else self.raw_obs[v],
-                "act": None if self.discrete else b.act,
+                "act": act,
             }
         )
 
