@@ -396,6 +396,10 @@ class FlatParams:
             flat[key] = buffer
         return {"state": {0: flat} if flat else {}, "param_groups": [{**groups[0], "params": [0]}]}
 
+    def checkpointed(self, opt: torch.optim.Optimizer) -> FlatOptimizer:
+        """`opt` (over `[self.param]`) as a checkpoint holds it: see `FlatOptimizer`."""
+        return FlatOptimizer(opt, self)
+
     def zero_grad(self) -> None:
         self.grad.zero_()
 
@@ -415,3 +419,18 @@ class FlatParams:
         norm = torch.linalg.vector_norm(self.grad)
         self.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
         return norm
+
+
+class FlatOptimizer:
+    """An optimizer over a `FlatParams` buffer as a checkpoint holds it: its `state_dict` as it
+    is, and a `load_state_dict` that also reads one saved for the separate parameter tensors
+    (`FlatParams.optimizer_state`), so that older checkpoints still resume."""
+
+    def __init__(self, opt: torch.optim.Optimizer, flat: FlatParams):
+        self.opt, self.flat = opt, flat
+
+    def state_dict(self) -> dict:
+        return self.opt.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.opt.load_state_dict(self.flat.optimizer_state(state))

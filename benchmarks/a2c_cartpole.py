@@ -13,7 +13,9 @@
     evaluation reaches 475, per seed. SB3 gets rl-zoo's budget (5e5), backflip its preset's.
 
 Needs the `bench` extra (stable-baselines3==2.9.2). Each run is its own process with one torch
-thread; the libraries alternate.
+thread; the libraries alternate. With `--baseline-code DIR`, part (a) also runs another
+checkout's backflip (DIR first on the Python path), alternating with the other two, so before
+and after a change see the same load.
 """
 
 from __future__ import annotations
@@ -142,6 +144,9 @@ def one(lib: str, seed: int, part: str, args) -> dict:
     cmd += ["--steps", str(args.steps), "--sb3-steps", str(args.sb3_steps)]
     cmd += ["--eval-every", str(args.eval_every)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if lib == "baseline":  # another checkout's backflip: first on the path of a fresh process
+        cmd[cmd.index("baseline")] = "backflip"
+        env["PYTHONPATH"] = os.pathsep.join([args.baseline_code, env.get("PYTHONPATH", "")])
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -167,17 +172,28 @@ def part_a(seeds, args):
     print(
         f"\n(a) identical hyperparameters (SB3 A2C defaults, rl-zoo CartPole), {args.steps:,.0f} steps"
     )
+    libs = ["backflip", "sb3"] + (["baseline"] if args.baseline_code else [])
+    if args.baseline_code:
+        print(f"baseline: {os.path.abspath(args.baseline_code)}")
     print("seed  library   train_s   steps/s   final greedy return")
-    ratios = []
+    ratios, base_ratios, this_base = [], [], []
     for seed in seeds:
-        order = ("backflip", "sb3") if seed % 2 == 0 else ("sb3", "backflip")
-        r = {lib: one(lib, seed, "a", args) for lib in order}
-        for lib in ("backflip", "sb3"):
+        k = seed % len(libs)
+        r = {lib: one(lib, seed, "a", args) for lib in libs[k:] + libs[:k]}  # each first in turn
+        for lib in libs:
             x = r[lib]
             print(f"{seed:>4}  {lib:8s} {x['train_s']:8.1f} {x['sps']:9.0f}   {x['final']:.1f}")
         ratios.append(r["backflip"]["sps"] / r["sb3"]["sps"])
+        if args.baseline_code:
+            base_ratios.append(r["baseline"]["sps"] / r["sb3"]["sps"])
+            this_base.append(r["backflip"]["sps"] / r["baseline"]["sps"])
     print(f"steps/s ratio backflip/sb3 per seed: {', '.join(f'{x:.2f}' for x in ratios)}")
     print(f"median ratio: {np.median(ratios):.2f}x (target >= 2x)")
+    if args.baseline_code:
+        print(f"baseline/sb3 per seed: {', '.join(f'{x:.2f}' for x in base_ratios)}")
+        print(f"baseline median ratio: {np.median(base_ratios):.2f}x")
+        print(f"this/baseline per seed: {', '.join(f'{x:.3f}' for x in this_base)}")
+        print(f"this/baseline median: {np.median(this_base):.3f}")
 
 
 def part_b(seeds, args):
@@ -214,6 +230,11 @@ def main():
     p.add_argument("--eval-every", type=int, default=10_000)
     p.add_argument("--one", choices=["sb3", "backflip"], help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--baseline-code",
+        metavar="DIR",
+        help="another checkout of backflip: part (a) also runs its A2C, alternating",
+    )
     args = p.parse_args()
     if args.one:
         print(json.dumps(run_one(args)))

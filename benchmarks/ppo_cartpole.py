@@ -11,9 +11,13 @@ Each run is its own process with one torch thread. Timing starts after one-time 
 the first optimizer either library builds imports torch._dynamo (1-2 s here), which SB3 pays in
 its constructor, outside `learn`, and `backflip train` pays once in its forkserver, not per seed;
 so each process builds a throwaway optimizer first, untimed. backflip's steps/s exclude the time
-spent in its final greedy evaluation (SB3's efficiency runs evaluate nothing). Usage:
+spent in its final greedy evaluation (SB3's efficiency runs evaluate nothing). With
+`--baseline-code DIR` comparison 1 also runs another checkout's backflip (DIR first on the
+Python path), alternating with the other two, so before and after a change see the same load.
+Usage:
 
     pip install -e '.[bench]' && python benchmarks/ppo_cartpole.py [--seeds 3] [--steps 100000]
+        [--baseline-code DIR]
 """
 
 from __future__ import annotations
@@ -178,12 +182,15 @@ def run_backflip(seed: int, steps: int, solve: bool) -> dict:
 # --- the comparison -------------------------------------------------------------------------
 
 
-def one(lib: str, seed: int, steps: int, solve: bool) -> dict:
-    """Run one configuration in a fresh process and return its JSON result."""
+def one(lib: str, seed: int, steps: int, solve: bool, code: str | None = None) -> dict:
+    """Run one configuration in a fresh process and return its JSON result; `code`: the
+    checkout whose backflip it imports (default: this one's)."""
     cmd = [sys.executable, __file__, "--one", lib, "--seed", str(seed), "--steps", str(steps)]
     if solve:
         cmd.append("--solve")
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if code:
+        env["PYTHONPATH"] = os.pathsep.join([code, env.get("PYTHONPATH", "")])
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -199,6 +206,11 @@ def main():
     p.add_argument("--one", choices=["sb3", "backflip"], help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--solve", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--baseline-code",
+        metavar="DIR",
+        help="another checkout of backflip: comparison 1 also runs its PPO, alternating",
+    )
     args = p.parse_args()
     if args.one:
         import torch
@@ -217,10 +229,18 @@ def main():
         f"load average {os.getloadavg()[0]:.2f}"
     )
     results = {"efficiency": {"sb3": [], "backflip": []}, "solve": {"sb3": [], "backflip": []}}
+    libs = ["sb3", "backflip"]
+    if args.baseline_code:
+        libs.append("baseline")
+        results["efficiency"]["baseline"] = []
+        print(f"# baseline: {os.path.abspath(args.baseline_code)}")
     for seed in range(args.seeds):
+        k = seed % len(libs)
+        for lib in libs[k:] + libs[:k]:  # each library first in turn
+            code = args.baseline_code if lib == "baseline" else None
+            lib_run = "backflip" if lib == "baseline" else lib
+            results["efficiency"][lib].append(one(lib_run, seed, args.steps, False, code))
         order = ["sb3", "backflip"] if seed % 2 == 0 else ["backflip", "sb3"]
-        for lib in order:
-            results["efficiency"][lib].append(one(lib, seed, args.steps, solve=False))
         for lib in order:
             results["solve"][lib].append(one(lib, seed, args.steps, solve=True))
 
@@ -238,6 +258,17 @@ def main():
         )
     sa, sb = (np.mean([r["sps"] for r in eff[k]]) for k in ("sb3", "backflip"))
     print(f"| mean | {fmt(sa)} | {fmt(sb)} | **{sb / sa:.2f}×** | | |")
+    if args.baseline_code:
+        print("\n| seed | baseline steps/s | baseline / SB3 | this / baseline |")
+        print("|---|---|---|---|")
+        for s, (a, b, c) in enumerate(
+            zip(eff["sb3"], eff["backflip"], eff["baseline"], strict=True)
+        ):
+            print(
+                f"| {s} | {fmt(c['sps'])} | {c['sps'] / a['sps']:.2f}× | {b['sps'] / c['sps']:.3f} |"
+            )
+        sc = np.mean([r["sps"] for r in eff["baseline"]])
+        print(f"| mean | {fmt(sc)} | **{sc / sa:.2f}×** | **{sb / sc:.3f}** |")
 
     print(
         f"\n## 2. Time to solve (greedy eval of {EVAL_EPISODES} episodes every {EVAL_EVERY:,} "

@@ -1,8 +1,10 @@
 """No block of six or more lines repeats between algorithm files, neither the same lines nor the
 same shape with other names: what two algorithms share is written once, in a module they call.
 
-Checked for the off-policy files against every algorithm file; the on-policy files (PPO, A2C,
-VPG) still repeat blocks among themselves and join `CHECKED` when their loops are shared.
+Checked for every file in `backflip/algos/`: the algorithms, the loops they share
+(`offpolicy.py`, `onpolicy.py`), `common.py` and the registry; a new algorithm file is checked as
+soon as it exists. Likewise for what they accept, `backflip/algos/settings/`: settings two
+algorithms share with one meaning are written once (`settings/onpolicy.py: Settings`).
 """
 
 import ast
@@ -14,7 +16,7 @@ from collections import defaultdict
 from tests.conftest import ROOT
 
 ALGOS = ROOT / "backflip" / "algos"
-CHECKED = {"offpolicy.py", "dqn.py", "ddpg.py", "td3.py", "sac.py"}
+CHECKED = {path.name for path in ALGOS.glob("*.py")}
 BLOCK = 6
 
 
@@ -58,6 +60,12 @@ def repeated_blocks(folder, checked) -> list[str]:
 def test_no_block_repeats_between_algorithm_files():
     found = repeated_blocks(ALGOS, CHECKED)
     assert not found, "blocks repeated between algorithm files:\n" + "\n".join(found)
+
+
+def test_no_block_repeats_between_settings_files():
+    settings = ALGOS / "settings"
+    found = repeated_blocks(settings, {path.name for path in settings.glob("*.py")})
+    assert not found, "blocks repeated between settings files:\n" + "\n".join(found)
 
 
 def test_a_copy_with_other_names_is_found(tmp_path):

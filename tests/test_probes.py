@@ -12,7 +12,7 @@ from dataclasses import fields
 import pytest
 import torch
 
-from backflip.algos import ALGOS, common, get_algo, ppo
+from backflip.algos import ALGOS, common, get_algo, onpolicy
 from backflip.doctor.audits import audit_obs_normalizer, audit_reward_scaler
 from backflip.doctor.probes import PROBE_GAMMA, probe_kinds, result_line, run_probe, run_probes
 from backflip.nets import ActorCritic  # the network PPO builds (algos.common.build_actor_critic)
@@ -62,7 +62,7 @@ def test_discount_applied_twice_fails_probe_3_only(monkeypatch):
     def gae_discounting_twice(r, v, nv, term, done, gamma, lam):
         return common.gae(r, v, nv, term, done, gamma * gamma, lam)
 
-    monkeypatch.setattr(ppo, "gae", gae_discounting_twice)
+    monkeypatch.setattr(onpolicy, "gae", gae_discounting_twice)
     assert probe(1).passed  # one-step episodes: no discounting involved
     r = probe(3)
     assert r.passed is False
@@ -76,7 +76,7 @@ def test_advantage_sign_flipped_fails_probe_4_but_not_the_value_probes(monkeypat
         adv, ret = common.gae(*args)
         return -adv, ret
 
-    monkeypatch.setattr(ppo, "gae", gae_flipped)
+    monkeypatch.setattr(onpolicy, "gae", gae_flipped)
     assert probe(1).passed
     r = probe(4)
     assert r.passed is False

@@ -7,6 +7,10 @@ algorithm will really take, when it cannot stop exactly at the budget: `algos.pl
 Plain data and arithmetic, apart from the algorithms: checking a config, planning a sweep,
 `backflip show` and `--help` read them without importing torch (1.5-4 s). The registry
 (`algos/__init__.py`) reads them; an algorithm module imports its `Config` from here.
+
+Shared by several: `box_probe_presets` (below, the off-policy algorithms' Box probes) and
+`onpolicy.py` (what PPO, A2C and VPG share: their `Settings`, whole-rollout budgets, presets),
+which is not an algorithm.
 """
 
 from __future__ import annotations
@@ -26,18 +30,3 @@ def box_probe_presets(probe3: dict, **settings) -> dict[str, dict]:
     }
     presets["backflip/Probe3Box-v0"].update(probe3)
     return presets
-
-
-def rollouts(steps: int, num_envs: int, num_steps: int) -> int:
-    """Rollouts an on-policy algorithm collects for a budget of `steps` env steps: whole rollouts
-    of num_envs × num_steps, as many as fit, at least one (`whole_rollouts` says so)."""
-    return max(1, steps // (num_envs * num_steps))
-
-
-def whole_rollouts(algo: str, num_envs: int, num_steps: int, steps: int) -> tuple[int, str]:
-    """The `budget` of PPO, A2C and VPG: (steps taken, why they differ from `steps`)."""
-    size, n = num_envs * num_steps, rollouts(steps, num_envs, num_steps)
-    return n * size, (
-        f"{algo} collects whole rollouts of num_envs × num_steps = {num_envs} × {num_steps} = "
-        f"{size:,} steps: {n:,} rollout{'s' * (n != 1)}"
-    )

@@ -9,17 +9,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backflip.algos.settings import whole_rollouts
+from backflip.algos.settings.onpolicy import (
+    ZOO_A2C_PENDULUM,
+    Settings,
+    probe_presets,
+    whole_rollouts,
+)
 
 ACTION_SPACES = ("discrete", "box")
 DEFAULT_STEPS = 100_000
 
 
 @dataclass
-class Config:
+class Config(Settings):
     """A2C hyperparameters. Defaults: cheap and reliable on CartPole-v1 (docs/algorithms.md);
-    SB3/rl-zoo's are optimizer=rmsprop lr=7e-4 num_steps=5 gae_lambda=1 anneal_lr=false
-    vf_coef=1 (SB3's value loss has no ½)."""
+    SB3/rl-zoo's are optimizer=rmsprop lr=7e-4 num_steps=5 gae_lambda=1 anneal_lr=false vf_coef=1
+    (SB3's value loss has no ½). The network's, the normalization's and the entropy bonus's are
+    `Settings` (settings/onpolicy.py), which PPO and VPG share."""
 
     num_envs: int = 8
     """parallel env copies per rollout"""
@@ -39,26 +45,10 @@ class Config:
     """optimizer epsilon"""
     vf_coef: float = 0.5
     """value loss weight"""
-    ent_coef: float = 0.0
-    """entropy bonus weight"""
     max_grad_norm: float = 0.5
     """global gradient norm clip (0: off)"""
     norm_adv: bool = False
     """normalize advantages per rollout (on tiny rollouts this keeps steps large once learned)"""
-    norm_obs: bool = False
-    """normalize observations with running mean/std (frozen during evaluation)"""
-    scale_reward: bool = False
-    """divide rewards by the running std of the discounted return (never shifted)"""
-    hidden: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the policy and value MLPs (separate networks)"""
-    activation: str = "tanh"
-    """tanh, relu, elu or leaky_relu"""
-    log_std_init: float = 0.0
-    """initial log standard deviation of the Gaussian policy (Box actions; with sde: log σ)"""
-    sde: bool = False
-    """Box actions: generalized state-dependent exploration (gSDE, nets.ActorCritic)"""
-    sde_sample_freq: int = 0
-    """with sde: draw new exploration noise every this many steps (0: once per rollout)"""
 
 
 PRESETS = {
@@ -66,30 +56,12 @@ PRESETS = {
     # rl-zoo's entry (gSDE, 8 x 8 steps, normalized observations and rewards, SB3's vf_coef 0.4
     # on the MSE = 0.8 on our half MSE) with Adam lr 1e-3 instead of RMSprop 7e-4: RMSprop's
     # rare huge steps (KL up to 8 on one update) drew doctor errors (docs/algorithms.md)
-    "Pendulum-v1": {
-        "steps": 1_000_000,
-        "num_envs": 8,
-        "num_steps": 8,
-        "gamma": 0.9,
-        "gae_lambda": 0.9,
-        "vf_coef": 0.8,
-        "lr": 1e-3,
-        "norm_obs": True,
-        "scale_reward": True,
-        "log_std_init": -2.0,
-        "sde": True,
-    },
+    "Pendulum-v1": {**ZOO_A2C_PENDULUM, "steps": 1_000_000, "vf_coef": 0.8, "lr": 1e-3},
+    # `backflip probe a2c`: the default 8 x 16-step rollouts give a few dozen updates in a
+    # probe's budget, too few for the value to converge (V(0) = 0.27 on probe 1); 4 x 4-step
+    # rollouts give eight times as many (docs/doctor.md, "Probes")
+    **probe_presets(num_envs=4, num_steps=4),
 }
-# `backflip probe a2c`: the default 8 x 16-step rollouts give a few dozen updates in a probe's
-# budget, too few for the value to converge (V(0) = 0.27 on probe 1); 4 x 4-step rollouts give
-# eight times as many (docs/doctor.md, "Probes")
-PRESETS.update(
-    {
-        f"backflip/Probe{k}{box}-v0": {"num_envs": 4, "num_steps": 4}
-        for k in range(1, 6)
-        for box in ("", "Box")
-    }
-)
 PRESETS["backflip/Probe5Box-v0"]["steps"] = 24_000
 
 

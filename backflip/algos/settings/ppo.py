@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backflip.algos.settings import whole_rollouts
+from backflip.algos.settings.onpolicy import Settings, whole_rollouts
 
 ACTION_SPACES = ("discrete", "box")
 DEFAULT_STEPS = 100_000
 
 
 @dataclass
-class Config:
-    """PPO hyperparameters. Defaults follow rl-baselines3-zoo's CartPole-v1 settings."""
+class Config(Settings):
+    """PPO hyperparameters. Defaults follow rl-baselines3-zoo's CartPole-v1 settings. The network's,
+    the normalization's and the entropy bonus's are `Settings` (settings/onpolicy.py), which A2C and
+    VPG share."""
 
     num_envs: int = 8
     """parallel env copies per rollout"""
@@ -43,28 +45,12 @@ class Config:
     """clip the value update to +-clip around the old value"""
     vf_coef: float = 0.5
     """value loss weight"""
-    ent_coef: float = 0.0
-    """entropy bonus weight"""
     max_grad_norm: float = 0.5
     """global gradient norm clip (0: off)"""
     norm_adv: bool = True
     """normalize advantages per minibatch"""
-    norm_obs: bool = False
-    """normalize observations with running mean/std (frozen during evaluation)"""
-    scale_reward: bool = False
-    """divide rewards by the running std of the discounted return (never shifted)"""
     target_kl: float = 0.0
     """stop the epochs of an update early when the minibatch KL exceeds 1.5x this (0: off)"""
-    hidden: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the policy and value MLPs (separate networks)"""
-    activation: str = "tanh"
-    """tanh, relu, elu or leaky_relu"""
-    log_std_init: float = 0.0
-    """initial log standard deviation of the Gaussian policy (Box actions; with sde: log σ)"""
-    sde: bool = False
-    """Box actions: generalized state-dependent exploration (gSDE, nets.ActorCritic)"""
-    sde_sample_freq: int = 0
-    """with sde: draw new exploration noise every this many steps (0: once per rollout)"""
     adam_eps: float = 1e-5
     """Adam epsilon"""
 

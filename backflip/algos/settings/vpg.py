@@ -9,17 +9,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backflip.algos.settings import whole_rollouts
+from backflip.algos.settings.onpolicy import (
+    ZOO_A2C_PENDULUM,
+    Settings,
+    probe_presets,
+    whole_rollouts,
+)
 
 ACTION_SPACES = ("discrete", "box")
 DEFAULT_STEPS = 200_000
 
 
 @dataclass
-class Config:
+class Config(Settings):
     """VPG hyperparameters. Spinning Up's defaults are gamma 0.99, gae_lambda 0.97, pi_lr 3e-4,
-    vf_lr 1e-3, vf_iters 80, 4000 steps per epoch; ours take bigger policy steps on smaller
-    batches (docs/algorithms.md)."""
+    vf_lr 1e-3, vf_iters 80, 4000 steps per epoch; ours take bigger policy steps on smaller batches
+    (docs/algorithms.md). The network's, the normalization's and the entropy bonus's are
+    `Settings` (settings/onpolicy.py), which PPO and A2C share."""
 
     num_envs: int = 8
     """parallel env copies per rollout"""
@@ -39,26 +45,10 @@ class Config:
     """samples per value-function gradient step"""
     anneal_lr: bool = True
     """decay both learning rates linearly to 0 over the budget"""
-    ent_coef: float = 0.0
-    """entropy bonus weight"""
     max_grad_norm: float = 0.0
     """gradient norm clip for each network (0: off)"""
     norm_adv: bool = True
     """normalize advantages over the rollout"""
-    norm_obs: bool = False
-    """normalize observations with running mean/std (frozen during evaluation)"""
-    scale_reward: bool = False
-    """divide rewards by the running std of the discounted return (never shifted)"""
-    hidden: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the policy and value MLPs (separate networks)"""
-    activation: str = "tanh"
-    """tanh, relu, elu or leaky_relu"""
-    log_std_init: float = 0.0
-    """initial log standard deviation of the Gaussian policy (Box actions; with sde: log σ)"""
-    sde: bool = False
-    """Box actions: generalized state-dependent exploration (gSDE, nets.ActorCritic)"""
-    sde_sample_freq: int = 0
-    """with sde: draw new exploration noise every this many steps (0: once per rollout)"""
 
 
 PRESETS = {
@@ -68,27 +58,18 @@ PRESETS = {
     # 5 value steps per rollout, advantages not normalized. Greedy -224, -265, -140, -192 on
     # seeds 0-3; without gSDE the best tried reached -434 (docs/algorithms.md)
     "Pendulum-v1": {
+        **ZOO_A2C_PENDULUM,
         "steps": 1_000_000,
-        "num_envs": 8,
-        "num_steps": 8,
-        "gamma": 0.9,
-        "gae_lambda": 0.9,
         "pi_lr": 1e-3,
         "vf_iters": 5,
         "norm_adv": False,
-        "norm_obs": True,
-        "scale_reward": True,
-        "log_std_init": -2.0,
-        "sde": True,
     },
+    # `backflip probe vpg`: one policy step per 8 x 128-step rollout is 2 to 15 steps in a
+    # probe's default budget: the policy barely moves (action(0) = 0.05 on Box probe 4) and the
+    # value, which follows the policy, stays near the random policy's (V(0) = 0.01 on probe 4).
+    # 8 x 8-step rollouts give 16 times as many steps (docs/doctor.md, "Probes")
+    **probe_presets(num_steps=8),
 }
-# `backflip probe vpg`: one policy step per 8 x 128-step rollout is 2 to 15 steps in a probe's
-# default budget: the policy barely moves (action(0) = 0.05 on Box probe 4) and the value, which
-# follows the policy, stays near the random policy's (V(0) = 0.01 on probe 4). 8 x 8-step
-# rollouts give 16 times as many steps (docs/doctor.md, "Probes")
-PRESETS.update(
-    {f"backflip/Probe{k}{box}-v0": {"num_steps": 8} for k in range(1, 6) for box in ("", "Box")}
-)
 PRESETS["backflip/Probe4-v0"]["steps"] = 6000
 PRESETS["backflip/Probe4Box-v0"]["steps"] = 24_000
 
