@@ -17,6 +17,10 @@ moves far less than wall time when other work shares the machine (`uptime` is pr
 the time went comes from the `time/*_s` metrics (docs/metrics.md).
 
     python benchmarks/atari_speed.py [--seconds 300] [--baseline-code /tmp/backflip-base]
+    python benchmarks/atari_speed.py --env MovingDot84-v0 --prefs-set prefs.frame_stride=1
+
+`--prefs-set KEY=VALUE` (repeatable) passes `--set KEY=VALUE` to the preference run only: the
+same code with one preset setting changed (e.g. the preset before a change), against one plain run.
 """
 
 from __future__ import annotations
@@ -122,6 +126,7 @@ def main() -> None:
     ap.add_argument("--setup-seconds", type=float, default=900.0, help="a preference run's cap")
     ap.add_argument("--baseline-code", type=Path, help="a checkout of backflip to compare with")
     ap.add_argument("--baseline-steps", type=int, default=4096)
+    ap.add_argument("--prefs-set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--home", type=Path, default=Path("/tmp/atari-speed-runs"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/atari_speed_results.json"))
     args = ap.parse_args()
@@ -152,6 +157,7 @@ def main() -> None:
         str(budget),
         "--set",
         f"max_wall_s={args.seconds + args.setup_seconds}",
+        *(x for kv in args.prefs_set for x in ("--set", kv)),
     ]
     rec = cli(["prefs", "train", "ppo", *common, *prefs_timed], args.home, ROOT)
     results.append(summarize("prefs", rec))
