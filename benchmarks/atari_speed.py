@@ -85,6 +85,8 @@ def summarize(name: str, record: dict) -> dict:
         parts[key] = sum(r.get(f"time/{key}_s", 0.0) for r in steady)
     status = record["seeds"][0]
     setup = max((r.get("time/wall_s", 0.0) for s, r in table if s == 0), default=0.0)
+    # reward-model updates before the policy starts (pretraining), for its rate
+    pretrain = max((r.get("reward_model/updates", 0.0) for s, r in table if s == 0), default=0.0)
     return {
         "name": name,
         "run": record["id"],
@@ -94,6 +96,7 @@ def summarize(name: str, record: dict) -> dict:
         "steady_sps": steps / wall if wall else float("nan"),
         "steady_sps_cpu": steps / cpu if cpu else float("nan"),
         "setup_s": setup,
+        "pretrain_updates": pretrain,
         "parts_s": parts,
         "wall_s": status.get("wall_s"),
     }
@@ -111,10 +114,11 @@ def show(s: dict) -> None:
         "labels + reward-model training": p["prefs_train"],
     }
     where = ", ".join(f"{k} {v / n * 1e3:.2f}" for k, v in parts.items() if v > 0)
+    pretrain = f", {s['pretrain_updates']:.0f} pretraining updates" if s["pretrain_updates"] else ""
     print(
         f"{s['name']:9s} {s['steady_sps']:7.1f} steps/s wall, {s['steady_sps_cpu']:7.1f} per CPU "
         f"second (steady, {s['steady_steps']:,} steps; overall {s['overall_sps']:.1f}; setup "
-        f"{s['setup_s']:.0f} s) [{s['run']}]\n          wall ms per agent step: {where}",
+        f"{s['setup_s']:.0f} s{pretrain}) [{s['run']}]\n          wall ms per agent step: {where}",
         flush=True,
     )
 
