@@ -17,6 +17,10 @@ moves far less than wall time when other work shares the machine (`uptime` is pr
 the time went comes from the `time/*_s` metrics (docs/metrics.md).
 
     python benchmarks/atari_speed.py [--seconds 300] [--baseline-code /tmp/backflip-base]
+    python benchmarks/atari_speed.py --env MovingDot84-v0 --prefs-set prefs.frame_stride=1
+
+`--prefs-set KEY=VALUE` (repeatable) passes `--set KEY=VALUE` to the preference run only: the
+same code with one preset setting changed (e.g. the preset before a change), against one plain run.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ def summarize(name: str, record: dict) -> dict:
         parts[key] = sum(r.get(f"time/{key}_s", 0.0) for r in steady)
     status = record["seeds"][0]
     setup = max((r.get("time/wall_s", 0.0) for s, r in table if s == 0), default=0.0)
+    # reward-model updates before the policy starts (pretraining), for its rate
+    pretrain = max((r.get("reward_model/updates", 0.0) for s, r in table if s == 0), default=0.0)
     return {
         "name": name,
         "run": record["id"],
@@ -90,6 +96,7 @@ def summarize(name: str, record: dict) -> dict:
         "steady_sps": steps / wall if wall else float("nan"),
         "steady_sps_cpu": steps / cpu if cpu else float("nan"),
         "setup_s": setup,
+        "pretrain_updates": pretrain,
         "parts_s": parts,
         "wall_s": status.get("wall_s"),
     }
@@ -107,10 +114,11 @@ def show(s: dict) -> None:
         "labels + reward-model training": p["prefs_train"],
     }
     where = ", ".join(f"{k} {v / n * 1e3:.2f}" for k, v in parts.items() if v > 0)
+    pretrain = f", {s['pretrain_updates']:.0f} pretraining updates" if s["pretrain_updates"] else ""
     print(
         f"{s['name']:9s} {s['steady_sps']:7.1f} steps/s wall, {s['steady_sps_cpu']:7.1f} per CPU "
         f"second (steady, {s['steady_steps']:,} steps; overall {s['overall_sps']:.1f}; setup "
-        f"{s['setup_s']:.0f} s) [{s['run']}]\n          wall ms per agent step: {where}",
+        f"{s['setup_s']:.0f} s{pretrain}) [{s['run']}]\n          wall ms per agent step: {where}",
         flush=True,
     )
 
@@ -122,6 +130,7 @@ def main() -> None:
     ap.add_argument("--setup-seconds", type=float, default=900.0, help="a preference run's cap")
     ap.add_argument("--baseline-code", type=Path, help="a checkout of backflip to compare with")
     ap.add_argument("--baseline-steps", type=int, default=4096)
+    ap.add_argument("--prefs-set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--home", type=Path, default=Path("/tmp/atari-speed-runs"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/atari_speed_results.json"))
     args = ap.parse_args()
@@ -152,6 +161,7 @@ def main() -> None:
         str(budget),
         "--set",
         f"max_wall_s={args.seconds + args.setup_seconds}",
+        *(x for kv in args.prefs_set for x in ("--set", kv)),
     ]
     rec = cli(["prefs", "train", "ppo", *common, *prefs_timed], args.home, ROOT)
     results.append(summarize("prefs", rec))

@@ -12,6 +12,12 @@ includes the random-policy phase, reward-model pretraining and evaluation.
 
     python benchmarks/prefs.py [--tasks movingdot,cartpole,pendulum] [--seeds 3] [--workers 2]
     python benchmarks/prefs.py --algo sac --tasks pendulum --seeds 6     # off-policy (PEBBLE)
+    python benchmarks/prefs.py --tasks movingdot84 --workers 1            # from 84x84 frames
+    python benchmarks/prefs.py --tasks movingdot84 --seeds 1 --set epochs=4 --set prefs.labels=300
+
+`--set KEY=VALUE` (repeatable) tries settings other than the preset's: `prefs.*` keys go to the
+preference run only, every other key to both runs (so the policy settings stay the same);
+`--steps` overrides the budget of both.
 
 Runs are archived under $BACKFLIP_HOME (default ./runs); results also go to --out as JSON.
 """
@@ -25,10 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
+from backflip.jsonout import dumps
+
 TASKS = {
     "movingdot": "MovingDotLowDim-v0",
     "cartpole": "CartPoleFixedHorizon-v1",
     "pendulum": "Pendulum-v1",
+    "movingdot84": "MovingDot84-v0",
 }
 
 
@@ -81,6 +90,15 @@ def main() -> None:
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--algo", default="ppo", help="the policy's algorithm (ppo, sac, ...)")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seed-start", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=None, help="agent steps (default: the preset's)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for both runs (prefs.KEY: the preference run only)",
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
         "--mode", default=None, help="prefs.mode for the preference runs (default: the CLI's)"
@@ -94,17 +112,24 @@ def main() -> None:
     for task in args.tasks.split(","):
         env_id = TASKS[task]
         steps, labels, policy = preset_for(env_id, args.algo)
-        common = ["--seeds", str(args.seeds), "--workers", str(args.workers), "--steps", str(steps)]
+        steps = args.steps or steps
+        labels = next(
+            (int(kv.split("=", 1)[1]) for kv in args.set if kv.startswith("prefs.labels=")), labels
+        )
+        common = ["--seeds", str(args.seeds), "--seed-start", str(args.seed_start)]
+        common += ["--workers", str(args.workers), "--steps", str(steps)]
         sets = [x for k, v in policy.items() for x in ("--set", f"{k}={v}")]
         sets += ["--set", "eval_episodes=20"]
+        both = [x for kv in args.set if not kv.startswith("prefs.") for x in ("--set", kv)]
+        only_prefs = [x for kv in args.set if kv.startswith("prefs.") for x in ("--set", kv)]
         r_random = random_return(env_id)
         t0 = time.time()
-        true_run = launch(["train", args.algo, "--env", env_id, *common, *sets], home)
+        true_run = launch(["train", args.algo, "--env", env_id, *common, *sets, *both], home)
         true_rets, true_walls = per_seed(true_run)
         pref_run = launch(
             [
                 "prefs", "train", args.algo, "--env", env_id, "--labels", str(labels),
-                *common, "--set", "eval_episodes=20",
+                *common, "--set", "eval_episodes=20", *both, *only_prefs,
                 *(["--set", f"prefs.mode={args.mode}"] if args.mode else []),
             ],
             home,
@@ -117,6 +142,7 @@ def main() -> None:
             "algo": args.algo,
             "steps": steps,
             "labels": labels,
+            "settings": args.set,
             "R_random": r_random,
             "R_true_per_seed": true_rets,
             "R_true": r_true,
@@ -138,7 +164,7 @@ def main() -> None:
             f"(on the true reward {np.round(true_walls, 0).tolist()} s)",
             flush=True,
         )
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    Path(args.out).write_text(dumps(results, indent=2))
 
 
 if __name__ == "__main__":

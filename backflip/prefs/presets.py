@@ -44,12 +44,18 @@ PRESETS: dict[str, dict] = {
     "MovingDot84-v0": {
         "steps": 50_000,
         "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98}},
+        # frame_stride=5: each reward-model minibatch sums r̂ over every 5th step of its 25-step
+        # segments, times 5 (an unbiased estimate of the paper's segment return, as Atari's CPU
+        # preset): the reward CNN's updates were half of the policy phase's time and all of
+        # pretraining's (~1.6 s each for 3 members x 32 pairs x 50 frames); at 1/5 of the
+        # frames they cost ~0.2 s (docs/benchmarks.md, "Preferences from frames")
         "prefs": {
             "task": "move the dot to the centre of the screen (the cross)",
             "labels": 200,
             "dropout": 0.5,
             "store_size": 300,
             "rm_updates_per_kstep": 4,
+            "frame_stride": 5,
         },
     },
     # half the labels up front, queries by disagreement: greedy 499.4, 477.4, 478.0, 500.0,
