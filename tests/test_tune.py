@@ -89,7 +89,10 @@ def test_two_worker_processes_share_one_study_through_its_journal_file(home, tmp
 def test_a_trial_whose_whole_interval_loses_is_pruned_and_its_seeds_stop(home, tmp_path):
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump(LR_SPACE))
-    steps, seeds, evals = 40_000, [0, 1], 3
+    # the prune comes at the second of 7 evaluations, a quarter into the budget: a seed the
+    # machine's load let run ahead still has most of its budget left when the stop reaches it
+    # (with 3 evaluations, at half the budget, a seed twice as fast as the other had finished)
+    steps, seeds, evals = 40_000, [0, 1], 7
     base = resolve("ppo", "CartPole-v1", seeds, steps, None, {})
     types = tune._setting_types("ppo")
     space = tune.check_space(LR_SPACE, "ppo", base.flat(), types, "test")
@@ -102,7 +105,7 @@ def test_a_trial_whose_whole_interval_loses_is_pruned_and_its_seeds_stop(home, t
                 params={"lr": lr},
                 distributions=tune.distributions(space),
                 value=1000.0,
-                intermediate_values={every * k: 1000.0 for k in (1, 2, 3)},
+                intermediate_values={every * k: 1000.0 for k in range(1, evals + 1)},
             )
         )
     summary = tune.run_worker(

@@ -36,6 +36,7 @@ import hmac
 import importlib
 import ipaddress
 import mimetypes
+import os
 import re
 import secrets
 import socket
@@ -532,10 +533,19 @@ def serve(
     if on_ready is not None:
         on_ready(server, url)
     # The run page's reproduce command resolves configs, which imports torch (seconds): warm up
-    threading.Thread(target=_warm_up, daemon=True).start()
+    warm = threading.Thread(target=_warm_up, daemon=True)
+    warm.start()
+    interrupted = False
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     finally:
         server.server_close()
+    if interrupted and warm.is_alive():
+        # Ctrl-C while the warm-up still imports torch: the interpreter's exit would wait for
+        # the import to let go (seconds, tens of them on a loaded machine). Nothing is pending:
+        # every answer was committed before it was acknowledged, and the socket is closed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
