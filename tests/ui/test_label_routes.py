@@ -276,17 +276,26 @@ def test_two_people_share_a_query_and_the_run_page_shows_their_agreement(home):
     assert ann["true_reward"]["n"] == 4 and ann["true_reward"]["agree"] == 2  # left is truly better
 
 
-def test_backflip_label_prints_the_ui_page_and_reuses_a_running_ui(home):
+def _as_from_a_terminal() -> None:
+    """A child's signal state as a shell gives a foreground command: SIGINT handled by default
+    and nothing blocked, whatever the test worker inherited or left behind."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_backflip_label_prints_the_ui_page_and_reuses_a_running_ui(home, tmp_path):
     fake_run(home)
     env = cli_env(home)
     env.pop("BACKFLIP_UI_TOKEN", None)
+    err = (tmp_path / "label.err").open("w")  # a file, not a pipe nobody reads while it serves
     proc = subprocess.Popen(
         [sys.executable, "-m", "backflip", "label", RUN, "--port", "0"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=err,
         text=True,
         env=env,
         cwd=ROOT,
+        preexec_fn=_as_from_a_terminal,
     )
     try:
         line = proc.stdout.readline()
@@ -307,7 +316,17 @@ def test_backflip_label_prints_the_ui_page_and_reuses_a_running_ui(home):
         assert again.returncode == 0 and f"/label/{RUN}/0/" in again.stdout, again.stderr
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            err.close()
+            raise AssertionError(
+                "backflip label ignored SIGINT for 20 s; its stderr:\n"
+                + (tmp_path / "label.err").read_text()
+            ) from None
+        err.close()
 
 
 def test_killing_the_ui_mid_labeling_loses_no_acknowledged_answer(home):
