@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from backflip.runs.provenance import cpu_model
+
 BACKFLIP = str(Path(sys.executable).parent / "backflip")
 
 MARKER_MODULE = '''"""CartPole-v1 whose first step in any process writes time.time() to $BF_LATENCY_MARK."""
@@ -64,16 +66,6 @@ class Marker(CartPoleEnv):
 
 gym.register("Marker-v0", entry_point=Marker, max_episode_steps=500)
 '''
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load() -> str:
