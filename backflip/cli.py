@@ -38,6 +38,7 @@ COMMANDS = [
     "note",
     "journal",
     "report",
+    "server",
 ]
 
 

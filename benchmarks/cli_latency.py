@@ -4,7 +4,10 @@ Two figures, each the median of `--repeats` runs, run by the `backflip` command 
 this script runs under (the console script a user types, not `python -m`):
 
 - the fixed overhead of `backflip train`: from just before the command is started to the first
-  env step of its seed. The step is marked by the env itself: the run trains on `Marker-v0`
+  env step of its seed, warm (the seed forked from the warm seed server a previous command
+  started, as for every run after the first of a session) and new (the first command, which
+  starts the server and waits for its imports: a fresh `BACKFLIP_WARM_DIR` each time), each
+  repeat timing one of each. The step is marked by the env itself: the run trains on `Marker-v0`
   (CartPole-v1 whose first `step` anywhere writes `time.time()` to a file; a module in the
   working directory, also put on PYTHONPATH so the script measures code that cannot import
   from the working directory too), so nothing is guessed from output timing;
@@ -125,10 +128,14 @@ def server_imports(
 ) -> tuple[list[str], float, float]:
     """(the modules the seed server of `python`'s backflip preloads, median wall and CPU seconds
     of importing them in a fresh interpreter): the floor of train's overhead."""
-    ask = (  # whatever the code under test preloads, read from multiprocessing's forkserver
-        "import json; from backflip.launch import local; local._context(); "
-        "from multiprocessing import forkserver; "
-        "print(json.dumps(forkserver._forkserver._preload_modules))"
+    ask = (  # whatever the code under test preloads: its warm server's, or (older code)
+        # multiprocessing's forkserver's
+        "import json\n"
+        "try:\n    from backflip.launch.warm import PRELOAD\n"
+        "except ImportError:\n    from backflip.launch import local; local._context()\n"
+        "    from multiprocessing import forkserver\n"
+        "    PRELOAD = forkserver._forkserver._preload_modules\n"
+        "print(json.dumps(PRELOAD))"
     )
     # run in `cwd`, a folder without backflip in it: `python -c` puts its folder on the path
     out = subprocess.run(
@@ -142,6 +149,12 @@ def server_imports(
         walls.append(time.perf_counter() - t0)
         cpus.append(children_cpu() - c0)
     return preload, statistics.median(walls), statistics.median(cpus)
+
+
+def stop_servers(python: str, env: dict, cwd: Path) -> None:
+    """Stop the warm seed servers of `env`'s BACKFLIP_WARM_DIR (older code has none)."""
+    code = "from backflip.launch import warm\nfor s in warm.servers():\n    warm.stop(s['address'])"
+    subprocess.run([python, "-c", code], env=env, cwd=cwd, capture_output=True)
 
 
 def main() -> None:
@@ -202,26 +215,35 @@ def main() -> None:
                 timings[who, name].append(wall)
                 cpu[who, name].append(used)
 
-    overhead = {w: [] for w in pythons}
+    overhead = {(w, k): [] for w in pythons for k in ("warm", "new")}
     total = {w: [] for w in pythons}
-    for i in range(args.repeats):
+    for i in range(-1, args.repeats):  # -1: untimed, starts the warm servers
         for who, python in pythons.items():
-            mark = work / f"mark-{who}-{i}"
-            env_i = {**env, "BF_LATENCY_MARK": str(mark)}
-            t0 = time.time()
-            elapsed, proc, _ = run(
-                ["train", "ppo", "--env", "bf_latency_marker:Marker-v0", "--seeds", "1",
-                 "--steps", "256", "--no-ask", "--no-progress", "--json", "--home", str(home)],
-                work, env_i, str(Path(python).parent / "backflip"),
-            )  # fmt: skip
-            overhead[who].append(float(mark.read_text()) - t0)
-            total[who].append(elapsed)
-            json.loads(proc.stdout)  # the run finished and said so
+            for kind in ("new", "warm"):
+                mark = work / f"mark-{who}-{kind}-{i}"
+                sockets = work / (f"sockets-{who}" if kind == "warm" else f"new-{who}-{i}")
+                env_i = {**env, "BF_LATENCY_MARK": str(mark), "BACKFLIP_WARM_DIR": str(sockets)}
+                t0 = time.time()
+                elapsed, proc, _ = run(
+                    ["train", "ppo", "--env", "bf_latency_marker:Marker-v0", "--seeds", "1",
+                     "--steps", "256", "--no-ask", "--no-progress", "--json", "--home", str(home)],
+                    work, env_i, str(Path(python).parent / "backflip"),
+                )  # fmt: skip
+                json.loads(proc.stdout)  # the run finished and said so
+                if kind == "new":  # its server is not wanted again
+                    stop_servers(python, env_i, work)
+                if i >= 0:
+                    overhead[who, kind].append(float(mark.read_text()) - t0)
+                    if kind == "warm":
+                        total[who].append(elapsed)
+    for who, python in pythons.items():
+        stop_servers(python, {**env, "BACKFLIP_WARM_DIR": str(work / f"sockets-{who}")}, work)
     servers = {w: server_imports(python, env, args.repeats, work) for w, python in pythons.items()}
 
     for who in pythons:
         print(f"--- {who}")
-        print(median_line("backflip train: first step", overhead[who], 1.5, None))
+        print(median_line("backflip train: first step", overhead[who, "warm"], 1.5, None))
+        print(median_line("  ... starting its server", overhead[who, "new"], 1.5, None))
         preload, wall, used = servers[who]
         print(
             f"{'  imports of the seed server':<28} median {wall:6.2f} s (CPU {used:.2f} s): "

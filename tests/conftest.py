@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The suite's warm seed servers (backflip/launch/warm.py) live in a folder of their own, shared by
+# xdist's workers (which inherit the variable), stopped when the run ends; they exit after 2 idle
+# minutes in any case.
+os.environ.setdefault("BACKFLIP_WARM_DIR", f"/tmp/backflip-warm-tests-{os.getuid()}-{os.getpid()}")
+os.environ.setdefault("BACKFLIP_WARM_IDLE", "120")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller stops them, after every worker is done
+    from backflip.launch import warm
+
+    for server in warm.servers():
+        warm.stop(server["address"])
+    shutil.rmtree(warm.folder(), ignore_errors=True)  # their logs and locks
 
 
 def strict_json(text: str):

@@ -29,7 +29,7 @@ from backflip.envs import episode_limit, module_paths
 from backflip.errors import UserError
 from backflip.launch.display import Display
 from backflip.launch.job import SeedJob, mark_not_started
-from backflip.launch.local import run_jobs_local, start_forkserver
+from backflip.launch.local import run_jobs_local, start_server
 from backflip.launch.ray import run_jobs_ray
 from backflip.launch.slurm import run_jobs_slurm
 from backflip.runs.archive import is_enospc
@@ -39,11 +39,11 @@ BACKENDS = {"local": run_jobs_local, "ray": run_jobs_ray, "slurm": run_jobs_slur
 
 
 def prepare(backend: str = "local") -> None:
-    """Start, before a run exists, what its seeds will need: the local backend's forkserver,
-    whose imports then overlap the launcher's checks and bookkeeping (`launch_runs` calls it
-    too; the CLI calls it first thing)."""
+    """Start, before a run exists, what its seeds will need: the local backend's warm seed
+    server, whose imports (when it is new) then overlap the launcher's checks and bookkeeping
+    (`launch_runs` calls it too; the CLI calls it first thing)."""
     if backend == "local":
-        start_forkserver()
+        start_server()
 
 
 def run_jobs(

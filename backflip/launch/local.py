@@ -1,7 +1,7 @@
 """Seeds as local OS processes, at most `workers` at once, each with one torch thread.
 
-Processes come from a forkserver that has already imported torch, gymnasium and the seed's code,
-so a seed starts in milliseconds, not seconds. Seeds run in their own process groups, so Ctrl-C
+Processes are forks of the warm seed server (`warm.py`), which has already imported torch,
+gymnasium and the seed's code, so a seed starts in milliseconds, not seconds. Seeds run in their own process groups, so Ctrl-C
 in the terminal (or `timeout -s INT`, or SIGTERM) reaches the launcher alone, which forwards one
 SIGTERM to each seed (stop at the next iteration, with a final checkpoint), and SIGINT on a
 second signal. `should_stop()` (polled every 0.2 s) asks for the same stop as a first signal:
@@ -10,32 +10,21 @@ how `backflip tune` prunes a trial.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
-from multiprocessing import forkserver
-from multiprocessing.connection import wait
+from multiprocessing.connection import Pipe, wait
 from pathlib import Path
 
+from backflip.launch import warm
 from backflip.launch.display import Display
 from backflip.launch.job import SeedJob, final_status
 from backflip.runs.layout import seed_dir
 
-# The seed process's code (`seed.py`) imports torch: imported by `_child` in the seed's process
-# (preloaded by the forkserver), never by the launcher, which would wait for torch too.
-PRELOAD = [
-    "torch",
-    "torch._dynamo",  # imported by the first optimizer a seed builds: once, not per seed
-    "gymnasium",
-    "backflip.launch.seed",  # the seed's own code: the seed run, the live doctor, the spine
-    "scipy.stats",  # the live doctor's rules import it when they first run: once, here
-    "backflip.launch.local",  # `_child`, which names the seed's code
-    "backflip.algos.ppo",
-]
-
 
 def _child(job: SeedJob, conn) -> None:
-    from backflip.launch.seed import redirected_output, run_seed  # torch: see PRELOAD
+    """A seed, in a fork of the warm server. `seed.py` imports torch: the server has (never the
+    launcher, which would wait for torch too)."""
+    from backflip.launch.seed import redirected_output, run_seed
 
     os.environ["OMP_NUM_THREADS"] = "1"
     # Out of the terminal's process group: a Ctrl-C reaches the launcher alone, which asks each
@@ -51,25 +40,18 @@ def _child(job: SeedJob, conn) -> None:
     conn.close()
 
 
-def _context():
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    return ctx
-
-
-def start_forkserver() -> None:
-    """Start the server seeds fork from, if it is not running: its imports (torch, ~1.5-4 s)
-    then overlap the launcher's own work (checks, provenance, the index) instead of following
-    it. Called as soon as a command knows it will train locally."""
-    _context()
-    forkserver.ensure_running()
+def start_server() -> None:
+    """Find or start the server seeds fork from: a new one's imports (torch, ~1.5-4 s) then
+    overlap the launcher's own work (checks, provenance, the index) instead of following it.
+    Called as soon as a command knows it will train locally."""
+    warm.ensure()
 
 
 def run_jobs_local(
     jobs: list[SeedJob], workers: int, display: Display, address=None, should_stop=None
 ) -> dict[int, dict]:
     """The jobs as local processes (`address` is unused: the backends share one signature)."""
-    ctx = _context()
+    server = warm.ensure()
     pending, active, done = list(range(len(jobs))), {}, {}
     reported: dict[int, dict] = {}  # each job's outcome as its process sent it
     stopping = False
@@ -90,14 +72,8 @@ def run_jobs_local(
         while pending or active:
             while pending and len(active) < workers and not stopping:
                 i = pending.pop(0)
-                reader, writer = ctx.Pipe(duplex=False)
-                proc = ctx.Process(
-                    target=_child,
-                    args=(jobs[i], writer),
-                    daemon=False,
-                    name=f"backflip-seed-{jobs[i].seed}",
-                )
-                proc.start()
+                reader, writer = Pipe(duplex=False)
+                proc = warm.WarmProcess(server, _child, jobs[i], writer.fileno())
                 writer.close()
                 active[i] = (proc, reader)
                 display.update(i, step=0, status="running")
