@@ -2,7 +2,7 @@
 
     python benchmarks/doctor_calibration_libs.py --cache DIR --cleanrl /work/cleanrl \
         --cleanrl-python /work/cleanrl-venv/bin/python [--jobs 2] [--libs backflip,sb3,cleanrl] \
-        [--only healthy|faults] [--markdown FILE]
+        [--only healthy|faults] [--seeds 0,1] [--match KEY,...] [--no-train] [--markdown FILE]
 
 Beside `doctor_calibration.py` (backflip's own algorithms, CartPole and Pendulum), this set runs
 each library's own code on six environments, healthy and with an injected fault of every kind in
@@ -21,8 +21,10 @@ the catalog (docs/doctor.md, "Fault injection"):
   registers (`_cleanrl_launch`) with backflip's fault wrappers (`backflip/envs/faults.py`, loaded
   by path: it needs no Gymnasium 1.x).
 
-Each run is one seed in its own folder under `--cache`; a finished run leaves `done.json` and is
-never trained again, so an interrupted calibration resumes where it stopped. The doctor then
+Each run is one seed in its own folder under `--cache` (healthy runs once per seed in `--seeds`,
+faults with seed 0); a finished run leaves `done.json` and is never trained again, so an
+interrupted calibration resumes where it stopped (a run it stopped half-way is trained again
+beside what it left, and the newer one is read; `--no-train` lists the runs it leaves out). The doctor then
 reads every run with the rules as they are now (`backflip doctor` on the run directory or the
 TensorBoard logdir), so a changed rule is re-measured without training anything; with
 `PYTHONPATH=<a checkout of another commit>` and `--no-train`, that commit's doctor reads the same
