@@ -2,7 +2,7 @@
 
     python benchmarks/doctor_calibration_libs.py --cache DIR --cleanrl /work/cleanrl \
         --cleanrl-python /work/cleanrl-venv/bin/python [--jobs 2] [--libs backflip,sb3,cleanrl] \
-        [--only healthy|faults] [--markdown FILE]
+        [--only healthy|faults] [--seeds 0,1] [--match KEY,...] [--no-train] [--markdown FILE]
 
 Beside `doctor_calibration.py` (backflip's own algorithms, CartPole and Pendulum), this set runs
 each library's own code on six environments, healthy and with an injected fault of every kind in
@@ -21,8 +21,10 @@ the catalog (docs/doctor.md, "Fault injection"):
   registers (`_cleanrl_launch`) with backflip's fault wrappers (`backflip/envs/faults.py`, loaded
   by path: it needs no Gymnasium 1.x).
 
-Each run is one seed in its own folder under `--cache`; a finished run leaves `done.json` and is
-never trained again, so an interrupted calibration resumes where it stopped. The doctor then
+Each run is one seed in its own folder under `--cache` (healthy runs once per seed in `--seeds`,
+faults with seed 0); a finished run leaves `done.json` and is never trained again, so an
+interrupted calibration resumes where it stopped (a run it stopped half-way is trained again
+beside what it left, and the newer one is read; `--no-train` lists the runs it leaves out). The doctor then
 reads every run with the rules as they are now (`backflip doctor` on the run directory or the
 TensorBoard logdir), so a changed rule is re-measured without training anything; with
 `PYTHONPATH=<a checkout of another commit>` and `--no-train`, that commit's doctor reads the same
@@ -216,8 +218,9 @@ SB3_FAULTS = [  # (algo, fault, steps, expected rule)
 CLEANRL_HEALTHY = [
     ("ppo", "CartPole-v1", 100_000, []),
     ("ppo", "Acrobot-v1", 100_000, []),
-    ("dqn", "CartPole-v1", 100_000, []),
-    ("dqn", "Acrobot-v1", 100_000, []),
+    # DQN: its default budget (ε decays over the first half of it)
+    ("dqn", "CartPole-v1", 500_000, []),
+    ("dqn", "Acrobot-v1", 500_000, []),
     ("sac_continuous_action", "Pendulum-v1", 20_000, []),
     ("td3_continuous_action", "Pendulum-v1", 20_000, ["--learning-starts", "10000"]),
     ("sac_continuous_action", "InvertedPendulum-v4", 10_000, ["--learning-starts", "1000"]),
@@ -245,12 +248,14 @@ CLEANRL_FAULTS = [  # (script, fault, steps, arguments, expected rule)
 ]  # fmt: skip
 
 
-def jobs(libs: set[str], only: str | None) -> list[Job]:
+def jobs(libs: set[str], only: str | None, seeds: tuple[int, ...] = (0,)) -> list[Job]:
+    """The set: each healthy run once per seed in `seeds`, each fault once (seed 0)."""
     out = []
     if "backflip" in libs:
         if only != "faults":
             for algo, env, steps, settings in BACKFLIP_HEALTHY:
-                out.append(Job("backflip", algo, env, steps or 0, settings=settings))
+                for s in seeds:
+                    out.append(Job("backflip", algo, env, steps or 0, settings=settings, seed=s))
         if only != "healthy":
             for fault, env, steps, settings, rule in BACKFLIP_FAULTS:
                 out.append(Job("backflip", "ppo", env, steps, fault, rule, settings))
@@ -259,14 +264,16 @@ def jobs(libs: set[str], only: str | None) -> list[Job]:
     if "sb3" in libs:
         if only != "faults":
             for algo, env, steps in SB3_HEALTHY:
-                out.append(Job("sb3", algo, env, steps))
+                out += [Job("sb3", algo, env, steps, seed=s) for s in seeds]
         if only != "healthy":
             for algo, fault, steps, rule in SB3_FAULTS:
                 out.append(Job("sb3", algo, "CartPole-v1", steps, fault, rule))
     if "cleanrl" in libs:
         if only != "faults":
             for script, env, steps, args in CLEANRL_HEALTHY:
-                out.append(Job("cleanrl", script, env, steps, settings={"args": args}))
+                for s in seeds:
+                    job = Job("cleanrl", script, env, steps, settings={"args": args}, seed=s)
+                    out.append(job)
         if only != "healthy":
             for script, fault, steps, args, rule in CLEANRL_FAULTS:
                 job = Job("cleanrl", script, "CartPole-v1", steps, fault, rule, {"args": args})
@@ -410,12 +417,12 @@ def _cleanrl_launch(script: str, env_id: str, fault: str, *args: str) -> None:
 def diagnose_job(job: Job, cache: Path, done: dict) -> dict | None:
     from backflip.doctor import examine
     from backflip.doctor.series import progress
-    from backflip.doctor.sources import resolve_target, tail_score
+    from backflip.doctor.sources import event_dirs, resolve_target, tail_score
 
     folder = cache / job.key
     if job.lib == "backflip":
         home = folder / "home"
-        runs = sorted(p.parent for p in home.glob("*/run.json"))
+        runs = sorted(p.parent for p in home.glob("*/run.json"))  # ids begin with the time
         if not runs:
             return None
         target = resolve_target(str(runs[-1]), home)
@@ -424,6 +431,11 @@ def diagnose_job(job: Job, cache: Path, done: dict) -> dict | None:
         tb = folder / ("tb" if job.lib == "sb3" else "runs")
         if not tb.exists():
             return None
+        # a run stopped half-way (a killed calibration) left its log beside the finished one:
+        # the finished run is the newest (SB3 numbers a new PPO_2, CleanRL's names end in time)
+        logs = event_dirs(tb)
+        if len(logs) > 1:
+            tb = max(logs, key=lambda d: max(f.stat().st_mtime for f in d.glob("events.out.*")))
         target = resolve_target(str(tb), folder)
         final = tail_score(target.runs[0]) if target.runs else None
         if job.lib == "sb3" and target.runs:
@@ -477,15 +489,15 @@ def tables(results: list[dict]) -> str:
     failed = [r for r in results if r["fault"] is None and not r["learned"]]
     faults = [r for r in results if r["fault"] is not None]
     lines += [
-        "**Healthy runs** (one seed each; findings by severity, with the rules that gave them):",
+        "**Healthy runs** (one row per seed; findings by severity, with the rules that gave them):",
         "",
-        "| library | algorithm | env | steps | final return | error | warning | info |",
-        "|---|---|---|---|---|---|---|---|",
+        "| library | algorithm | env | steps | seed | final return | error | warning | info |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in healthy:
         lines.append(
             f"| {LIB_NAMES[r['lib']]} | {_algo(r)} | {r['env']} | {r['steps'] or 'preset'} | "
-            f"{_fmt(r['final'])} | {_sev_list(r['findings'], 'error') or 0} | "
+            f"{r.get('seed', 0)} | {_fmt(r['final'])} | {_sev_list(r['findings'], 'error') or 0} | "
             f"{_sev_list(r['findings'], 'warning') or 0} | "
             f"{_sev_list(r['findings'], 'info') or 0} |"
         )
@@ -505,14 +517,14 @@ def tables(results: list[dict]) -> str:
             "**Runs below the bar** (healthy settings, short budgets; one whose return did not "
             "improve must draw a warning or an error, one whose return improved needs none):",
             "",
-            "| library | algorithm | env | steps | final return (learned at) | return improved "
-            "| error | warning |",
-            "|---|---|---|---|---|---|---|---|",
+            "| library | algorithm | env | steps | seed | final return (learned at) "
+            "| return improved | error | warning |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in failed:
             lines.append(
                 f"| {LIB_NAMES[r['lib']]} | {_algo(r)} | {r['env']} | {r['steps'] or 'preset'} "
-                f"| {_fmt(r['final'])} ({_fmt(LEARNED.get(r['env']))}) | "
+                f"| {r.get('seed', 0)} | {_fmt(r['final'])} ({_fmt(LEARNED.get(r['env']))}) | "
                 f"{'yes' if r.get('improved') else 'no'} | "
                 f"{_sev_list(r['findings'], 'error') or 0} | "
                 f"{_sev_list(r['findings'], 'warning') or 0} |"
@@ -569,12 +581,14 @@ def main():
     p.add_argument("--libs", default="backflip,sb3,cleanrl")
     p.add_argument("--only", choices=("healthy", "faults"))
     p.add_argument("--match", help="only jobs whose key contains one of these (comma-separated)")
+    p.add_argument("--seeds", default="0", help="seeds of the healthy runs (comma-separated)")
     p.add_argument("--no-train", action="store_true", help="diagnose the cached runs only")
     p.add_argument("--markdown", help="write the tables here")
     args = p.parse_args()
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    todo = jobs(set(args.libs.split(",")), args.only)
+    seeds = tuple(int(x) for x in args.seeds.split(","))
+    todo = jobs(set(args.libs.split(",")), args.only, seeds)
     if args.match:
         todo = [j for j in todo if any(m in j.key for m in args.match.split(","))]
     cleanrl = Path(args.cleanrl).resolve() if args.cleanrl else None
@@ -585,6 +599,14 @@ def main():
         for j in todo:
             if (cache / j.key / "done.json").exists():
                 done[j.key] = json.loads((cache / j.key / "done.json").read_text())
+        # a run without done.json is left out of the tables: say which, and why, so that a run
+        # stopped half-way (a killed calibration) is not mistaken for one the set does not hold
+        unfinished = [j.key for j in todo if j.key not in done and (cache / j.key).exists()]
+        never = [j.key for j in todo if j.key not in done and not (cache / j.key).exists()]
+        if unfinished:
+            print(f"started, not finished (left out): {', '.join(unfinished)}")
+        if never:
+            print(f"never run (left out): {', '.join(never)}")
     else:
 
         def one(j):
