@@ -79,13 +79,17 @@ def idle_seconds() -> float:
 
 
 def folder() -> Path:
-    """The socket folder: private to this user (mode 0700), like an ssh-agent's."""
+    """The socket folder: private to this user (mode 0700), like an ssh-agent's; a long one is
+    replaced by a short folder named after it in the temp folder."""
     base = os.environ.get("BACKFLIP_WARM_DIR")
     if base:
         path = Path(base)
     else:
         root = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
         path = Path(root) / f"backflip-warm-{os.getuid()}"
+    if len(str(path)) > 60:  # a socket's path has ~100 bytes (AF_UNIX): a short alias
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"backflip-warm-{os.getuid()}-{digest}"
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.stat()
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
