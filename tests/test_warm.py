@@ -162,3 +162,14 @@ def test_a_run_outlives_its_server(world):
     record, _ = finish(proc)
     assert record["status"] == "finished"
     assert record["seeds"][0]["steps"] == record["budget"]["planned"]
+
+
+def test_a_bad_idle_time_is_one_error_line(world):
+    tmp, env = world
+    proc = train(
+        tmp, {**env, "BACKFLIP_WARM_IDLE": "ten minutes"}, tmp / "runs", "--env", "CartPole-v1"
+    )
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert err.strip() == "error: BACKFLIP_WARM_IDLE must be a number of seconds, got 'ten minutes'"
+    assert not (tmp / "runs").exists() or not list((tmp / "runs").glob("*/run.json"))

@@ -2,7 +2,7 @@
 
 A seed needs torch, Gymnasium, SciPy and backflip's training code: 2-6 s of imports on a small
 CPU before its first env step, paid again by every command. So the first local run starts a
-server (`serve`, `python -m backflip.launch.warm`) that imports them once and listens on a Unix
+server (`main`, then `serve`: `_spawn` starts it) that imports them once and listens on a Unix
 socket; each seed of this and later commands is a fork of it (`WarmProcess`), ready in
 milliseconds. The server exits after `BACKFLIP_WARM_IDLE` seconds (default 600) with no seed
 running; `BACKFLIP_WARM=0` gives each command a server of its own that ends with it.
@@ -15,9 +15,9 @@ What a seed sees is what the command would have given it:
 - **the command's world**: the seed takes the command's environment variables, working directory
   and `sys.path` before it runs;
 - **one server per interpreter and import-time setting**: the socket's name hashes the Python,
-  the backflip package, Python's flags and the environment variables read when the server
-  imported its libraries (`IMPORT_ENV`: thread counts, `PYTHONPATH`, torch's and the BLAS's);
-  at most `MAX_SERVERS` live in the socket folder (`BACKFLIP_WARM_DIR`, default a private folder
+  where it finds the preloaded packages (`ORIGINS`: another checkout of backflip is another
+  server), Python's flags and the environment variables read when the server imported its
+  libraries (`IMPORT_ENV`: thread counts, `PYTHONHASHSEED`, torch's and the BLAS's); at most `MAX_SERVERS` live in the socket folder (`BACKFLIP_WARM_DIR`, default a private folder
   under `$XDG_RUNTIME_DIR` or the temp folder): a new one asks the least recently used to exit.
 
 Protocol, one connection per request: the client sends one byte with the file descriptor the seed
@@ -43,6 +43,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+
+from backflip.errors import UserError
 
 # What the server imports before it listens: torch (imported by every seed), the seed's own code
 # (the seed run, the live doctor, the spine, the commonest algorithm) and what their first use
@@ -75,7 +77,11 @@ def enabled() -> bool:
 
 
 def idle_seconds() -> float:
-    return float(os.environ.get("BACKFLIP_WARM_IDLE", "600"))
+    text = os.environ.get("BACKFLIP_WARM_IDLE", "600")
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"BACKFLIP_WARM_IDLE must be a number of seconds, got {text!r}") from None
 
 
 def folder() -> Path:
@@ -93,7 +99,10 @@ def folder() -> Path:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = path.stat()
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise RuntimeError(f"{path} must belong to this user alone (mode 0700)")
+        raise UserError(
+            f"{path} (the warm seed servers' sockets) must belong to this user alone, mode 0700: "
+            "fix it, or set BACKFLIP_WARM_DIR to another folder"
+        )
     return path
 
 
