@@ -152,6 +152,20 @@ def test_throughput_decline_needs_a_steady_fall_in_cpu_time():
     assert busy["throughput-decline"].severity == "info"  # wall clock only: contention
 
 
+def test_throughput_is_compared_from_the_first_update_on():
+    """An off-policy agent acts alone until learning_starts, then also updates: a drop, then a
+    flat line (SB3 TD3 on Pendulum with rl-zoo's learning_starts=1e4 of 2e4 steps)."""
+    sps = np.where(STEPS < END / 2, 9500.0, 83.0) * (1 + rng.normal(0, 0.02, N))
+    loss = (STEPS[STEPS >= END / 2], np.ones(int((STEPS >= END / 2).sum())))
+    d = data(time__sps_cpu=sps, time__sps=sps)
+    assert "throughput-decline" in fired(d)  # without a loss: no way to tell it from a leak
+    d.metrics["train/critic_loss"] = loss
+    assert "throughput-decline" not in fired(d)
+    falling = 4000 / (1 + np.arange(N) / 20)  # work that grows while it updates is still found
+    d = data(time__sps_cpu=falling, time__sps=falling, loss__q=np.ones(N))
+    assert fired(d)["throughput-decline"].severity == "warning"
+
+
 def test_memory_growth_and_update_size():
     rss = np.linspace(300, 1500, N)
     assert "memory-growth" in fired(data(sys__rss_mb=rss))

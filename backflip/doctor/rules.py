@@ -1087,13 +1087,24 @@ def trivial_policy(d: RunData):
 # --- entry 12: throughput ----------------------------------------------------------------------
 
 
+def _first_update(d: RunData) -> float | None:
+    """The step of the first logged loss (any metric named like `*loss*`: backflip's `loss/*`,
+    SB3's `train/*_loss`, CleanRL's `losses/*`), or None: before it an off-policy agent only
+    acts (learning_starts), several times faster than once it also updates."""
+    firsts = [s[0][0] for k in d.metrics if "loss" in k and (s := d.get(k)) is not None]
+    return float(min(firsts)) if firsts else None
+
+
 def _throughput(d: RunData, name: str):
-    """(steps, values) of a throughput series without evaluation rows, startup and zeros."""
+    """(steps, values) of a throughput series without evaluation rows, rows before the first
+    update, startup and zeros."""
     s = d.get(name)
     if s is None:
         return None
     steps, v = s
     ok = np.isfinite(v) & (v > 0)
+    if (first := _first_update(d)) is not None:
+        ok &= steps >= first
     ev = d.get("time/eval_s")
     if ev is not None:
         ok &= ~np.isin(steps, ev[0])
@@ -1122,7 +1133,8 @@ def _decline(steps, v) -> dict | None:
     reads=("time/sps_cpu", "time/sps", "sys/load_avg"),
     threshold="steady decline: medians of five consecutive segments never rise by > 15%, and "
     "the last is < 0.7× the first with Spearman ρ(step, steps/s) < −0.8, or < 0.5× with "
-    "ρ < −0.6 (evaluation rows and the first 10% excluded). Warning when steps per CPU-second decline (the process's own work grows) "
+    "ρ < −0.6 (evaluation rows, rows before the first logged loss — an off-policy agent's "
+    "learning_starts — and the first 10% excluded). Warning when steps per CPU-second decline (the process's own work grows) "
     "and the machine's load average did not rise by > 25%; info otherwise",
     cause="a leak or growing per-step work (a list that grows, a buffer scanned each step, "
     "a thread that blocks more and more — Rahtz missed one for months)",
