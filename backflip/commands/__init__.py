@@ -31,6 +31,13 @@ def workers(text: str) -> int:
     return k
 
 
+def add_sets(parser, help: str, metavar: str = "KEY=VALUE") -> None:
+    """`--set KEY=VALUE`, repeatable, into `args.sets` (checked later by `config.resolve`)."""
+    parser.add_argument(
+        "--set", action="append", default=[], metavar=metavar, dest="sets", help=help
+    )
+
+
 def add_workers(parser) -> None:
     parser.add_argument(
         "--workers",

@@ -9,6 +9,7 @@ from backflip.commands import (
     add_backend,
     add_format,
     add_home,
+    add_sets,
     add_workers,
     backend_address,
     print_json,
@@ -38,14 +39,7 @@ def register(sub) -> None:
     p.add_argument(
         "--seeds", type=int, default=5, metavar="N", help="seeds per pair (default 5: keep it)"
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="sets",
-        help="change every config (a what-if battery: marked modified, never a baseline)",
-    )
+    add_sets(p, "change every config (a what-if battery: marked modified, never a baseline)")
     p.add_argument(
         "--docs",
         metavar="FILE",

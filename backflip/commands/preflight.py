@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backflip.commands import print_json
+from backflip.commands import add_sets, print_json
 from backflip.errors import UserError
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -23,13 +23,10 @@ def register(sub) -> None:
         "--max-steps", type=int, default=20_000, help="cap on random steps (default 20000)"
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
+    add_sets(
+        p,
+        "an env option, as for `backflip train` (e.g. env.obs_scale=1000)",
         metavar="env.KEY=VALUE",
-        dest="sets",
-        help="an env option, as for `backflip train` (e.g. env.obs_scale=1000)",
     )
     p.add_argument("--sheet", metavar="PNG", help="contact sheet path (image observations)")
     p.add_argument("--json", action="store_true", help='{"target", "findings", "report"}')

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_home, add_workers, fit_teacher
+from backflip.commands import add_home, add_sets, add_workers, fit_teacher
 from backflip.commands.train import (
     DEFAULT_SEEDS,
     _steps,
@@ -71,14 +71,7 @@ def _common(p) -> None:
     )
     p.add_argument("--steps", type=_steps, metavar="N", help="agent steps per seed")
     add_workers(p)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        dest="sets",
-        metavar="KEY=VALUE",
-        help="override a setting; prefs.KEY for the pipeline (see --list-keys)",
-    )
+    add_sets(p, "override a setting; prefs.KEY for the pipeline (see --list-keys)")
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
     p.add_argument("-m", "--message", default="")
     p.add_argument("--tag", action="append", default=[])

@@ -8,6 +8,7 @@ from backflip.commands import (
     add_backend,
     add_format,
     add_home,
+    add_sets,
     add_workers,
     backend_address,
     print_json,
@@ -23,14 +24,7 @@ def add_study_args(p) -> None:
     p.add_argument("--env", required=True, metavar="ENV_ID")
     add_seed_args(p)
     p.add_argument("--steps", type=_steps, metavar="N", help="env steps per seed")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="sets",
-        help="change the default configuration every variant starts from (repeatable)",
-    )
+    add_sets(p, "change the default configuration every variant starts from (repeatable)")
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
     add_workers(p)
     add_backend(p)

@@ -7,7 +7,14 @@ import os
 import sys
 import warnings
 
-from backflip.commands import add_backend, add_home, add_workers, backend_address, print_json
+from backflip.commands import (
+    add_backend,
+    add_home,
+    add_sets,
+    add_workers,
+    backend_address,
+    print_json,
+)
 from backflip.errors import UserError
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -32,14 +39,7 @@ def register(sub) -> None:
         help="env steps per seed (default: the algorithm's budget for this env)",
     )
     add_workers(p)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="sets",
-        help="override a setting (repeatable); see `backflip train ALGO --env E --list-keys`",
-    )
+    add_sets(p, "override a setting (repeatable); see `backflip train ALGO --env E --list-keys`")
     add_backend(p)
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
     p.add_argument("-m", "--message", default="", help="the question this run is meant to answer")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home, backend_address, print_json, workers
+from backflip.commands import add_backend, add_home, add_sets, backend_address, print_json, workers
 from backflip.commands.train import _steps, add_seed_args, check_backend, seeds_from
 from backflip.config import parse_sets
 
@@ -32,14 +32,7 @@ def register(sub) -> None:
     )
     add_seed_args(p)
     p.add_argument("--steps", type=_steps, metavar="N", help="env steps per seed")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="sets",
-        help="a setting fixed for every trial (repeatable)",
-    )
+    add_sets(p, "a setting fixed for every trial (repeatable)")
     p.add_argument(
         "--space",
         metavar="FILE",
