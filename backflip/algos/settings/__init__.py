@@ -9,8 +9,8 @@ Plain data and arithmetic, apart from the algorithms: checking a config, plannin
 (`algos/__init__.py`) reads them; an algorithm module imports its `Config` from here.
 
 Shared by several: `box_probe_presets` (below, the off-policy algorithms' Box probes) and
-`onpolicy.py` (what PPO, A2C and VPG share: their `Settings`, whole-rollout budgets, presets),
-which is not an algorithm.
+`onpolicy.py` (what PPO, A2C and VPG share: their `Settings`, whole-rollout budgets, presets)
+and `offpolicy.py` (what TD3, DDPG and SAC share: their `Settings`), which are not algorithms.
 """
 
 from __future__ import annotations

@@ -10,35 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backflip.algos.settings import box_probe_presets
+from backflip.algos.settings.offpolicy import Settings
 
 ACTION_SPACES = ("box",)
 DEFAULT_STEPS = 20_000
 
 
 @dataclass
-class Config:
+class Config(Settings):
     """TD3 hyperparameters. Defaults: cheap and reliable on Pendulum-v1 (docs/algorithms.md)."""
 
-    hidden: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the actor and of each critic"""
-    activation: str = "relu"
-    """tanh, relu, elu or leaky_relu"""
-    lr: float = 1e-3
-    """Adam learning rate of the actor and the critics"""
-    batch_size: int = 256
-    """transitions per gradient step"""
-    buffer_size: int = 1_000_000
-    """replay capacity in transitions (never more than the budget is allocated)"""
     learning_starts: int = 1000
     """env steps of uniformly random actions before the first update"""
-    train_every: int = 1
-    """env steps between training phases"""
-    gradient_steps: int = 1
-    """gradient steps per training phase"""
     gamma: float = 0.98
     """discount factor"""
-    tau: float = 0.005
-    """Polyak rate of the target networks"""
     n_critics: int = 2
     """Q-networks; targets take their minimum (clipped double-Q), the actor climbs the first"""
     policy_delay: int = 2
