@@ -240,9 +240,13 @@ def summarize(values) -> dict:
     x = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
     if x.size == 0:
         return {"n": 0}
-    agg = aggregate(x)
+    return {"n": int(x.size), **_summary(aggregate(x), x, int(x.size))}
+
+
+def _summary(agg: dict, x: np.ndarray, n: int) -> dict:
+    """The keys `summarize` and `summarize_tasks` share, from `aggregate`'s (point, low, high)
+    triples and the pooled scores `x`; `n` seeds decide whether it is `trustworthy`."""
     return {
-        "n": int(x.size),
         "iqm": agg["iqm"][0],
         "ci_low": agg["iqm"][1],
         "ci_high": agg["iqm"][2],
@@ -253,7 +257,7 @@ def summarize(values) -> dict:
         "min": float(x.min()),
         "max": float(x.max()),
         "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
-        "trustworthy": bool(x.size >= MIN_TRUSTWORTHY_SEEDS),
+        "trustworthy": bool(n >= MIN_TRUSTWORTHY_SEEDS),
     }
 
 
@@ -268,23 +272,14 @@ def summarize_tasks(tasks: list) -> dict:
         return {"n": 0, "tasks": len(tasks)}
     agg = aggregate(clean, statistics=NORMALIZED_STATISTICS)
     x = np.concatenate(clean)
+    n = fewest_runs(clean)
     return {
-        "n": fewest_runs(clean),
+        "n": n,
         "runs": int(x.size),
         "tasks": len(clean),
-        "iqm": agg["iqm"][0],
-        "ci_low": agg["iqm"][1],
-        "ci_high": agg["iqm"][2],
-        "mean": agg["mean"][0],
-        "mean_ci": [agg["mean"][1], agg["mean"][2]],
-        "median": agg["median"][0],
-        "median_ci": [agg["median"][1], agg["median"][2]],
+        **_summary(agg, x, n),
         "og": agg["optimality_gap"][0],
         "og_ci": [agg["optimality_gap"][1], agg["optimality_gap"][2]],
-        "min": float(x.min()),
-        "max": float(x.max()),
-        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
-        "trustworthy": bool(fewest_runs(clean) >= MIN_TRUSTWORTHY_SEEDS),
     }
 
 
