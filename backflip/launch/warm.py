@@ -45,6 +45,7 @@ import traceback
 from pathlib import Path
 
 from backflip.errors import UserError
+from backflip.runs.archive import pid_alive
 
 # What the server imports before it listens: torch (imported by every seed), the seed's own code
 # (the seed run, the live doctor, the spine, the commonest algorithm) and what their first use
@@ -186,7 +187,7 @@ class Server:
                 return
             except OSError:
                 pass
-            gone = self.proc.poll() is not None if self.proc else not _pid_alive(self.pid)
+            gone = self.proc.poll() is not None if self.proc else not pid_alive(self.pid)
             if gone:
                 log = Path(self.address).with_suffix(".log")
                 tail = log.read_text()[-3000:] if log.exists() else "(no log)"
@@ -222,7 +223,7 @@ def ensure() -> Server:
         pidfile = where / f"{name}.pid"
         with contextlib.suppress(OSError, ValueError):
             pid = int(pidfile.read_text())
-            if _pid_alive(pid):  # another command started it; it is still importing
+            if pid_alive(pid):  # another command started it; it is still importing
                 _current = Server(address, pid)
                 return _current
         if not private:
@@ -375,7 +376,7 @@ class WarmProcess:
         if self.exitcode is not None or self._gone:
             return
         if self._sock is None:
-            if not _pid_alive(self.pid):
+            if not pid_alive(self.pid):
                 self._gone = True
             else:
                 time.sleep(min(timeout, 0.2))
@@ -404,18 +405,6 @@ class WarmProcess:
             if left <= 0:
                 return
             self._poll(min(left, 1.0))
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --- the server ----------------------------------------------------------------------------
@@ -483,7 +472,7 @@ def serve(address: str, idle: float, owner: int = 0) -> None:
                     os.unlink(address)
 
     while accepting or children:
-        if owner and not _pid_alive(owner):
+        if owner and not pid_alive(owner):
             retire()
         if accepting and not children and idle > 0 and time.monotonic() - last > idle:
             retire()
