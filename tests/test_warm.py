@@ -82,6 +82,15 @@ def world(tmp_path):
     yield tmp_path, env
     for server in servers_in(tmp_path / "sockets"):
         warm.stop(server["address"])
+    # a folder this long has a short alias in the temp folder (warm.folder): remove it too
+    saved = os.environ.get("BACKFLIP_WARM_DIR")
+    os.environ["BACKFLIP_WARM_DIR"] = env["BACKFLIP_WARM_DIR"]
+    try:
+        shutil.rmtree(warm.folder(), ignore_errors=True)
+    finally:
+        os.environ["BACKFLIP_WARM_DIR"] = saved if saved is not None else ""
+        if saved is None:
+            del os.environ["BACKFLIP_WARM_DIR"]
 
 
 def test_a_second_run_forks_from_the_same_server_in_its_commands_world(world):
