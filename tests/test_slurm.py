@@ -16,7 +16,7 @@ from backflip.launch import launch_runs
 from backflip.runs.archive import load_run, read_json
 from backflip.telemetry import last_logged, read_episodes, read_metrics
 
-STEPS = 20_480  # long enough that a seed is still training when it is preempted (at 4,096)
+STEPS = 40_960  # long enough that a seed is still training when its preemption (at 4,096) lands
 
 
 def _metrics(path):
