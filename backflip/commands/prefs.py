@@ -146,6 +146,13 @@ def build(args, home):
         values["reward_model"] = str(frozen.resolve())
         values.setdefault("labels", 0)
     pcfg = _build(PrefsConfig, values, "prefs.")
+    if pcfg.action_input == "heads":  # refused here, not in every seed's process
+        from backflip.envs import make_env
+        from backflip.prefs.pipeline import check_action_input
+
+        probe = make_env(cfg.env_id, cfg.env)
+        check_action_input(pcfg, probe.action_space, cfg.env_id)
+        probe.close()
     if pcfg.stage == "policy" and pcfg.labels:
         raise UserError("--reward-model trains on a frozen model: drop --labels (or use --prefs)")
     return cfg, pcfg

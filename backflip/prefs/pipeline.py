@@ -97,6 +97,11 @@ class PrefsConfig:
     judged by where the agent gets: every move is rewarded at once); or progress, the same model
     of states, the policy rewarded with its change r̂(o_{t+1}) − r̂(o_t) scaled to RMS
     reward_std (potential-based shaping of next-obs: the same optimal policy, a dense signal)"""
+    action_input: str = "concat"
+    """how a discrete action enters r̂(o, a) (reward_input=obs+action): concat (the paper's: its
+    one-hot joins the observation's features before the hidden layer) or heads (the network
+    has one output per action and the action picks one: what a CNN on frames needs to learn a
+    reward that depends on the action, docs/preferences.md)"""
     segment_length: int = 25
     """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
     initial_frac: float = 0.25
@@ -194,6 +199,11 @@ class PrefsConfig:
             + ", ".join(BPREF_TEACHERS): self.labeler in LABELERS,
             f"prefs.stage must be one of {', '.join(STAGES)}": self.stage in STAGES,
             "prefs.mode must be async or sync": self.mode in ("async", "sync"),
+            "prefs.action_input must be concat or heads": self.action_input
+            in ("concat", "heads"),
+            "prefs.action_input=heads needs prefs.reward_input=obs+action (the other inputs "
+            "judge states alone)": self.action_input == "concat"
+            or self.reward_input == "obs+action",
             "prefs.segment_length must be >= 1": self.segment_length >= 1,
             "prefs.reward_input must be one of " + ", ".join(REWARD_INPUTS): self.reward_input
             in REWARD_INPUTS,
@@ -245,6 +255,15 @@ class PrefsConfig:
         return Teacher.named(name, **overrides, error_rate=self.error_rate)
 
 
+def check_action_input(pcfg: PrefsConfig, act_space, env_id: str) -> None:
+    """`prefs.action_input=heads` gives one output per action: discrete actions only."""
+    if pcfg.action_input == "heads" and not hasattr(act_space, "n"):
+        raise UserError(
+            f"prefs.action_input=heads needs discrete actions (one output per action); {env_id} "
+            f"has {act_space}: use prefs.action_input=concat"
+        )
+
+
 def policy_reward(model: RewardModel, reward_input: str, obs, actions, next_obs) -> np.ndarray:
     """The policy's reward for the transitions (obs, actions, next_obs) under `prefs.reward_input`:
     r̂(o, a), r̂(o') (next-obs) or the change r̂(o') − r̂(o) (progress). The env wrapper and the
@@ -279,6 +298,7 @@ class Pipeline:
         self.teacher = pcfg.teacher()
         self.rng = np.random.default_rng(run.seed + 7919)
         self.share_rng = np.random.default_rng(run.seed + 15485863)  # which queries go to two
+        check_action_input(pcfg, act_space, run.env_id)
         self.model = RewardModel(
             obs_space,
             act_space,
@@ -293,6 +313,7 @@ class Pipeline:
             rng=np.random.default_rng(run.seed + 104729),
             frame_stride=pcfg.frame_stride,
             use_actions=pcfg.reward_input == "obs+action",  # next-obs, progress: r̂(o)
+            action_heads=pcfg.action_input == "heads",
         )
         self.frozen = False
         self.snap = self.model.snapshot()

@@ -108,6 +108,9 @@ class RewardNet(nn.Module):
     MLP: [obs, action] -> 64 -> 64 -> 1, LeakyReLU(0.01), dropout before the output.
     CNN (paper, Atari): 4 conv layers (kernels 7, 5, 3, 3; strides 3, 2, 1, 1; 16 filters),
     batchnorm and dropout after each, LeakyReLU; then [features, action] -> 64 -> 1.
+    With `heads` (discrete actions, `prefs.action_input=heads`) the action is not an input: the
+    last layer has one output per action and the one-hot action picks r̂(o, a) among them,
+    obs -> ... -> 64 -> |A| (as a DQN's Q-network; docs/preferences.md says why frames need it).
     Inputs are already normalized observations (RewardModel does it) and encoded actions.
     Leading axes are free: (B, 2, L, ...) for pairs, (N, ...) for single steps.
     """
@@ -119,10 +122,13 @@ class RewardNet(nn.Module):
         hidden=(64, 64),
         dropout: float = 0.0,
         channels_last: bool = True,
+        heads: bool = False,
     ):
         super().__init__()
         self.image = len(obs_shape) == 3
         self.channels_last = channels_last
+        self.heads = heads
+        n_act_in = 0 if heads else act_dim
         act = nn.LeakyReLU(0.01)
         if self.image:
             c = obs_shape[0]
@@ -135,13 +141,13 @@ class RewardNet(nn.Module):
                 self.convs.to(memory_format=torch.channels_last)
             with torch.no_grad():
                 n_feat = self._conv(torch.zeros(1, 2, 1, *obs_shape)).shape[-1]
-            sizes = [n_feat + act_dim, hidden[0]]
+            sizes = [n_feat + n_act_in, hidden[0]]
         else:
-            sizes = [int(np.prod(obs_shape)) + act_dim, *hidden]
+            sizes = [int(np.prod(obs_shape)) + n_act_in, *hidden]
         body: list[nn.Module] = []
         for n_in, n_out in itertools.pairwise(sizes):
             body += [nn.Linear(n_in, n_out), act]
-        body += [PairDropout(dropout), nn.Linear(sizes[-1], 1)]
+        body += [PairDropout(dropout), nn.Linear(sizes[-1], act_dim if heads else 1)]
         self.body = nn.Sequential(*body)
 
     def _conv(self, obs: torch.Tensor) -> torch.Tensor:
@@ -162,6 +168,8 @@ class RewardNet(nn.Module):
 
     def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
         feat = self._conv(obs) if self.image else obs
+        if self.heads:  # the one-hot action picks its output
+            return (self.body(feat) * act).sum(-1)
         return self.body(torch.cat([feat, act], -1)).squeeze(-1)
 
 
@@ -183,6 +191,7 @@ class RewardModel:
         rng: np.random.Generator | None = None,
         frame_stride: int = 1,
         use_actions: bool = True,
+        action_heads: bool = False,
     ):
         self.obs_shape = tuple(obs_space.shape)
         self.image = len(self.obs_shape) == 3
@@ -193,8 +202,13 @@ class RewardModel:
         self.use_actions = use_actions
         act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
         self.act_dim = act_dim if use_actions else 0
+        # one output per discrete action instead of the action as an input (prefs.action_input)
+        self.heads = action_heads and use_actions
+        if self.heads and not self.discrete:
+            raise ValueError("action heads need a discrete action space")
         self.nets = [
-            RewardNet(self.obs_shape, self.act_dim, hidden, dropout) for _ in range(members)
+            RewardNet(self.obs_shape, self.act_dim, hidden, dropout, heads=self.heads)
+            for _ in range(members)
         ]
         self.l2 = [l2] * members
         self.opts = [torch.optim.Adam(n.parameters(), lr=lr, weight_decay=l2) for n in self.nets]
@@ -382,7 +396,7 @@ class RewardModel:
         fused = getattr(self, "fused", None)
         if fused is not None:
             o, a = self.encode(obs, act)
-            return fused(torch.cat([o, a], -1)).numpy()
+            return (fused(o, a) if self.heads else fused(torch.cat([o, a], -1))).numpy()
         return self.raw_outputs(obs, act).numpy()
 
     def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
@@ -472,13 +486,16 @@ class FusedMLP:
             for i in range(len(layers[0]))
         ]
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, in) -> (members, N), or per-member inputs (members, N, in) -> (members, N)."""
+    def __call__(self, x: torch.Tensor, act: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, in) -> (members, N), or per-member inputs (members, N, in) -> (members, N).
+        Nets with action heads: `act` (N, |A|), the one-hot actions, picks each row's output."""
         h = x.expand(len(self.weights[0]), -1, -1) if x.dim() == 2 else x
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = torch.baddbmm(b, h, w)
             if i < len(self.weights) - 1:
                 h = torch.nn.functional.leaky_relu(h, 0.01)
+        if act is not None:
+            return (h * act).sum(-1)
         return h.squeeze(-1)
 
 
@@ -498,6 +515,7 @@ class FusedCNN:
     def __init__(self, nets: list[RewardNet]):
         self.members = len(nets)
         self.channels_last = nets[0].channels_last
+        self.heads = nets[0].heads
         self.layers: list[tuple[torch.Tensor, torch.Tensor, int, int]] = []
         convs = [[m for m in n.convs if isinstance(m, nn.Conv2d)] for n in nets]
         norms = [[m for m in n.convs if isinstance(m, nn.BatchNorm2d)] for n in nets]
@@ -526,6 +544,8 @@ class FusedCNN:
         n, m = x.shape[0], self.members
         feat = x.reshape(n, m, -1).transpose(0, 1)  # each member's (C, H, W) flattened
         a = act.reshape(n, -1).expand(m, n, -1)
+        if self.heads:
+            return self.mlp(feat, a).reshape(m, *lead)
         return self.mlp(torch.cat([feat, a], -1)).reshape(m, *lead)
 
 
