@@ -706,6 +706,9 @@ def image_model(members=3, frames=4, seed=0, **kwargs) -> RewardModel:
             bn.running_var.uniform_(0.5, 2.0)
             bn.weight.data.uniform_(0.5, 1.5)
             bn.bias.data.uniform_(-0.2, 0.2)
+        for m in net.convs:  # keypoints: each channel its own softmax temperature
+            if hasattr(m, "temperature"):
+                m.temperature.data.uniform_(0.5, 3.0)
     return model
 
 
@@ -738,9 +741,9 @@ def test_the_channels_last_reward_cnn_computes_the_nchw_cnns_outputs_and_gradien
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("heads", [False, True])
-def test_the_fused_cnn_ensemble_equals_the_members_one_by_one(heads):
-    model = image_model(action_heads=heads)
+@pytest.mark.parametrize(("heads", "cnn"), [(False, "paper"), (True, "paper"), (True, "keypoints")])
+def test_the_fused_cnn_ensemble_equals_the_members_one_by_one(heads, cnn):
+    model = image_model(action_heads=heads, cnn=cnn)
     obs, act = frames(10)
     o, a = model.encode(obs, act)
     one_by_one = torch.stack([net.eval()(o, a) for net in model.nets])

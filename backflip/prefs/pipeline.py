@@ -55,7 +55,7 @@ import torch
 from backflip.errors import UserError
 from backflip.prefs.db import PreferenceDB
 from backflip.prefs.labelers import BPREF_TEACHERS, LABELERS, Teacher
-from backflip.prefs.reward_model import PairSet, RewardModel
+from backflip.prefs.reward_model import CNNS, PairSet, RewardModel
 from backflip.prefs.segments import (
     SELECTIONS,
     LabelSchedule,
@@ -102,6 +102,10 @@ class PrefsConfig:
     one-hot joins the observation's features before the hidden layer) or heads (the network
     has one output per action and the action picks one: what a CNN on frames needs to learn a
     reward that depends on the action, docs/preferences.md)"""
+    cnn: str = "paper"
+    """the reward model's CNN on frames: paper (Christiano et al.'s 4 conv layers, flattened) or
+    keypoints (3 conv layers and a spatial softmax: where each feature fires, as coordinates;
+    generalizes across positions, what MovingDot84 needs: docs/preferences.md, "From frames")"""
     segment_length: int = 25
     """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
     initial_frac: float = 0.25
@@ -199,11 +203,11 @@ class PrefsConfig:
             + ", ".join(BPREF_TEACHERS): self.labeler in LABELERS,
             f"prefs.stage must be one of {', '.join(STAGES)}": self.stage in STAGES,
             "prefs.mode must be async or sync": self.mode in ("async", "sync"),
-            "prefs.action_input must be concat or heads": self.action_input
-            in ("concat", "heads"),
+            "prefs.action_input must be concat or heads": self.action_input in ("concat", "heads"),
             "prefs.action_input=heads needs prefs.reward_input=obs+action (the other inputs "
             "judge states alone)": self.action_input == "concat"
             or self.reward_input == "obs+action",
+            "prefs.cnn must be one of " + ", ".join(CNNS): self.cnn in CNNS,
             "prefs.segment_length must be >= 1": self.segment_length >= 1,
             "prefs.reward_input must be one of " + ", ".join(REWARD_INPUTS): self.reward_input
             in REWARD_INPUTS,
@@ -314,6 +318,7 @@ class Pipeline:
             frame_stride=pcfg.frame_stride,
             use_actions=pcfg.reward_input == "obs+action",  # next-obs, progress: r̂(o)
             action_heads=pcfg.action_input == "heads",
+            cnn=pcfg.cnn,
         )
         self.frozen = False
         self.snap = self.model.snapshot()

@@ -102,12 +102,38 @@ class PairBatchNorm2d(nn.BatchNorm2d):
         return super().forward(x.reshape(-1, *x.shape[-3:])).reshape(*lead, *x.shape[-3:])
 
 
+class SpatialSoftmax(nn.Module):
+    """Each channel's expected position: a softmax over its H x W map (one learned temperature
+    per channel), then the mean x and y under it, in [-1, 1] (Levine, Finn et al. 2016, "End-to-end
+    training of deep visuomotor policies"). (N, C, H, W) -> (N, 2C): x of every channel, then y."""
+
+    def __init__(self, channels: int, height: int, width: int):
+        super().__init__()
+        self.temperature = nn.Parameter(torch.ones(channels))
+        self.register_buffer("grid_x", torch.linspace(-1, 1, width).repeat(height))
+        self.register_buffer("grid_y", torch.linspace(-1, 1, height).repeat_interleave(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, c = x.shape[:2]
+        p = torch.softmax(x.reshape(n, c, -1) * self.temperature[:, None], -1)
+        return torch.cat([p @ self.grid_x, p @ self.grid_y], -1)
+
+
+CNNS = ("paper", "keypoints")
+
+
 class RewardNet(nn.Module):
-    """r̂(o, a) for one ensemble member: an MLP on vectors, the paper's CNN on images.
+    """r̂(o, a) for one ensemble member: an MLP on vectors, a CNN on images.
 
     MLP: [obs, action] -> 64 -> 64 -> 1, LeakyReLU(0.01), dropout before the output.
-    CNN (paper, Atari): 4 conv layers (kernels 7, 5, 3, 3; strides 3, 2, 1, 1; 16 filters),
+    CNN `paper` (Atari): 4 conv layers (kernels 7, 5, 3, 3; strides 3, 2, 1, 1; 16 filters),
     batchnorm and dropout after each, LeakyReLU; then [features, action] -> 64 -> 1.
+    CNN `keypoints`: the paper's first layer, two 3x3 layers at its resolution (batchnorm,
+    LeakyReLU), then `SpatialSoftmax`: where each of 16 feature detectors fires, as 32
+    coordinates; then [coordinates, action] -> 64 -> 64 -> 1 with dropout before the output.
+    The paper's flattened features give every position its own weights, so what is learned about
+    an object in one place does not carry to the next; coordinates do (docs/preferences.md,
+    "From frames").
     With `heads` (discrete actions, `prefs.action_input=heads`) the action is not an input: the
     last layer has one output per action and the one-hot action picks r̂(o, a) among them,
     obs -> ... -> 64 -> |A| (as a DQN's Q-network; docs/preferences.md says why frames need it).
@@ -123,25 +149,35 @@ class RewardNet(nn.Module):
         dropout: float = 0.0,
         channels_last: bool = True,
         heads: bool = False,
+        cnn: str = "paper",
     ):
         super().__init__()
         self.image = len(obs_shape) == 3
         self.channels_last = channels_last
         self.heads = heads
+        self.cnn = cnn
         n_act_in = 0 if heads else act_dim
         act = nn.LeakyReLU(0.01)
         if self.image:
             c = obs_shape[0]
             layers: list[nn.Module] = []
-            for k, s in ((7, 3), (5, 2), (3, 1), (3, 1)):
-                layers += [nn.Conv2d(c, 16, k, s), PairBatchNorm2d(16), act, PairDropout(dropout)]
-                c = 16
+            if cnn == "keypoints":
+                for k, s, pad in ((7, 3, 0), (3, 1, 1), (3, 1, 1)):
+                    layers += [nn.Conv2d(c, 16, k, s, pad), PairBatchNorm2d(16), act]
+                    c = 16
+                side = (obs_shape[1] - 7) // 3 + 1, (obs_shape[2] - 7) // 3 + 1
+                layers.append(SpatialSoftmax(16, *side))
+            else:
+                for k, s in ((7, 3), (5, 2), (3, 1), (3, 1)):
+                    layers += [nn.Conv2d(c, 16, k, s), PairBatchNorm2d(16), act]
+                    layers.append(PairDropout(dropout))
+                    c = 16
             self.convs = nn.ModuleList(layers)
             if channels_last:
                 self.convs.to(memory_format=torch.channels_last)
             with torch.no_grad():
                 n_feat = self._conv(torch.zeros(1, 2, 1, *obs_shape)).shape[-1]
-            sizes = [n_feat + n_act_in, hidden[0]]
+            sizes = [n_feat + n_act_in, *(hidden if cnn == "keypoints" else hidden[:1])]
         else:
             sizes = [int(np.prod(obs_shape)) + n_act_in, *hidden]
         body: list[nn.Module] = []
@@ -192,6 +228,7 @@ class RewardModel:
         frame_stride: int = 1,
         use_actions: bool = True,
         action_heads: bool = False,
+        cnn: str = "paper",
     ):
         self.obs_shape = tuple(obs_space.shape)
         self.image = len(self.obs_shape) == 3
@@ -207,7 +244,7 @@ class RewardModel:
         if self.heads and not self.discrete:
             raise ValueError("action heads need a discrete action space")
         self.nets = [
-            RewardNet(self.obs_shape, self.act_dim, hidden, dropout, heads=self.heads)
+            RewardNet(self.obs_shape, self.act_dim, hidden, dropout, heads=self.heads, cnn=cnn)
             for _ in range(members)
         ]
         self.l2 = [l2] * members
@@ -507,17 +544,24 @@ class FusedCNN:
     (w·γ/√(v + ε), (b − m)·γ/√(v + ε) + β); dropout is the identity. The first layer's members
     all read the same frames, so their filters are concatenated into one convolution with
     members × 16 outputs; the later layers are grouped convolutions (one group per member),
-    and the dense layers `FusedMLP`'s batched matmuls. So the whole ensemble is four
-    convolutions and two matmuls per batch, whatever the number of members, instead of
-    members × 13 modules (equal to the members one by one up to float rounding; tested).
+    and the dense layers `FusedMLP`'s batched matmuls (keypoints: one softmax over every
+    member's channels between them). So the whole ensemble is four convolutions and two matmuls
+    per batch, whatever the number of members, instead of members × 13 modules (equal to the
+    members one by one up to float rounding; tested).
     """
 
     def __init__(self, nets: list[RewardNet]):
         self.members = len(nets)
         self.channels_last = nets[0].channels_last
         self.heads = nets[0].heads
-        self.layers: list[tuple[torch.Tensor, torch.Tensor, int, int]] = []
+        self.layers: list[tuple[torch.Tensor, torch.Tensor, int, int, int]] = []
         convs = [[m for m in n.convs if isinstance(m, nn.Conv2d)] for n in nets]
+        softmax = [m for n in nets for m in n.convs if isinstance(m, SpatialSoftmax)]
+        # keypoints: the members' temperatures side by side, as their channels
+        self.keypoints = None
+        if softmax:
+            temperature = torch.cat([m.temperature.detach() for m in softmax])
+            self.keypoints = (temperature, softmax[0].grid_x, softmax[0].grid_y)
         norms = [[m for m in n.convs if isinstance(m, nn.BatchNorm2d)] for n in nets]
         for i in range(len(convs[0])):
             ws, bs = [], []
@@ -529,7 +573,8 @@ class FusedCNN:
             if self.channels_last:
                 w = w.contiguous(memory_format=torch.channels_last)
             groups = 1 if i == 0 else self.members
-            self.layers.append((w, torch.cat(bs), convs[0][i].stride[0], groups))
+            conv = convs[0][i]
+            self.layers.append((w, torch.cat(bs), conv.stride[0], conv.padding[0], groups))
         self.mlp = FusedMLP(nets)
 
     def __call__(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
@@ -538,11 +583,17 @@ class FusedCNN:
         x = obs.reshape(-1, *obs.shape[-3:])
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        for w, b, stride, groups in self.layers:
-            x = nn.functional.conv2d(x, w, b, stride, groups=groups)
+        for w, b, stride, padding, groups in self.layers:
+            x = nn.functional.conv2d(x, w, b, stride, padding, groups=groups)
             x = nn.functional.leaky_relu(x, 0.01)
         n, m = x.shape[0], self.members
-        feat = x.reshape(n, m, -1).transpose(0, 1)  # each member's (C, H, W) flattened
+        if self.keypoints is not None:  # SpatialSoftmax on every member's channels at once
+            temperature, grid_x, grid_y = self.keypoints
+            p = torch.softmax(x.reshape(n, x.shape[1], -1) * temperature[:, None], -1)
+            coords = [(p @ g).reshape(n, m, -1) for g in (grid_x, grid_y)]
+            feat = torch.cat(coords, -1).transpose(0, 1)  # (members, n, 2C): x's, then y's
+        else:
+            feat = x.reshape(n, m, -1).transpose(0, 1)  # each member's (C, H, W) flattened
         a = act.reshape(n, -1).expand(m, n, -1)
         if self.heads:
             return self.mlp(feat, a).reshape(m, *lead)
