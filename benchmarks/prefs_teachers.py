@@ -22,8 +22,10 @@ tasks (seeds resampled within each task).
 
 All the runs of a task share one pool of `--workers` seed processes. Runs are archived under
 --home (tagged prefs-teachers); the results go to --out as JSON after each task, and a task
-already there (with the same seeds, steps and labels) is not run again unless --redo. The
-tables are printed as Markdown.
+already there (with the same seeds, steps and labels) is not run again unless --redo; with
+--redo and --teachers/--selections, the runs of those cells replace theirs and the other cells
+stay. Each run also records how its queries were answered (skipped, equal, labeled). The tables
+are printed as Markdown.
 """
 
 from __future__ import annotations
@@ -104,15 +106,12 @@ def run_task(task: str, args, home: Path) -> dict:
             "status": record["status"],
             "returns": [s.get("final_eval_return") for s in record["seeds"]],
             "wall_s": [s.get("wall_s") for s in record["seeds"]],
+            "answers": answers(Path(record["dir"])),
         }
     r_random = random_return(env_id)
     true = [r for r in by_name["ppo-true-reward"]["returns"] if r is not None]
     r_true = float(np.mean(true)) if true else None
-    for entry in by_name.values():
-        entry["scores"] = [
-            None if r is None or r_true is None else (r - r_random) / (r_true - r_random)
-            for r in entry["returns"]
-        ]
+    score(by_name, r_random, r_true)
     first = runs[1][2] if len(runs) > 1 else runs[0][2]
     return {
         "env": env_id,
@@ -125,6 +124,42 @@ def run_task(task: str, args, home: Path) -> dict:
         "runs": by_name,
         "total_s": time.time() - t0,
     }
+
+
+def score(runs: dict, r_random: float, r_true: float | None) -> None:
+    """Each run's per-seed normalized returns, (R − R_random) / (R_true − R_random)."""
+    for entry in runs.values():
+        entry["scores"] = [
+            None if r is None or r_true is None else (r - r_random) / (r_true - r_random)
+            for r in entry["returns"]
+        ]
+
+
+def answers(run_dir: Path) -> dict:
+    """How the run's queries were answered, over its seeds: skipped, equal (label 0.5), other."""
+    import sqlite3
+
+    counts = {"skipped": 0, "equal": 0, "labeled": 0}
+    for db in sorted(run_dir.glob("seeds/*/prefs.sqlite")):
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            for status, equal, n in con.execute(
+                "SELECT status, label = 0.5, COUNT(*) FROM queries GROUP BY status, label = 0.5"
+            ):
+                if status == "skipped":
+                    counts["skipped"] += n
+                elif status == "labeled":
+                    counts["equal" if equal else "labeled"] += n
+    return counts
+
+
+def merged(old: dict | None, new: dict, args) -> dict:
+    """A task's results after running some of its teachers again with the same options: the new
+    runs replace their cells, the others stay."""
+    if old is None or old.get("options") != options(args):
+        return new
+    both = {**new, "runs": {**old["runs"], **new["runs"]}}
+    score(both["runs"], both["R_random"], both["R_true"])
+    return both
 
 
 def options(args) -> dict:
@@ -167,6 +202,16 @@ def tables(results: dict, teachers: list[str], selections: list[str]) -> str:
         for t in teachers:
             row = [cell(res["runs"].get(f"{t}/{s}", {}).get("scores", [])) for s in selections]
             lines.append(f"| {t} | " + " | ".join(row) + " |")
+        said = []
+        for t in teachers:
+            counts = [res["runs"].get(f"{t}/{s}", {}).get("answers") for s in selections]
+            counts = [c for c in counts if c]
+            n = sum(sum(c.values()) for c in counts)
+            if n:
+                skipped, equal = (sum(c[k] for c in counts) for k in ("skipped", "equal"))
+                said.append(f"{t} {skipped / n:.1%} skipped, {equal / n:.1%} equal")
+        if said:
+            lines += ["", f"Answers, over the {len(selections)} selections: " + "; ".join(said)]
         lines.append("")
     if len(results) > 1:
         lines += [f"**All {len(results)} tasks** (stratified bootstrap over seeds within tasks)"]
@@ -223,7 +268,7 @@ def main() -> None:
         ):
             print(f"{task}: in {out} already (--redo to run it again)", flush=True)
             continue
-        results[task] = run_task(task, args, home)
+        results[task] = merged(old, run_task(task, args, home), args)
         out.write_text(jsonout.dumps(results, indent=2) + "\n")
         print(f"{task}: {results[task]['total_s']:.0f} s", flush=True)
     shown = {t: results[t] for t in args.tasks.split(",") if t in results}

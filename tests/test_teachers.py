@@ -117,16 +117,31 @@ def test_skip_and_equal_thresholds_are_relative_to_recent_segment_returns():
     assert thr.equal_within == pytest.approx(1.0)
     assert equal.answer(np.array([5.0]), np.array([4.1]), None, thr) == "equal"
     assert equal.answer(np.array([5.0]), np.array([3.9]), None, thr) == "left"
-    # negative rewards (Pendulum): measured from the lowest recent return, F = -100; mean -60
+    # negative rewards (Pendulum): measured from the 10th percentile of recent returns,
+    # F = -92 here; mean -60
     neg = Teacher(skip=0.5, equal=0.25).thresholds([-100.0, -60.0, -20.0])
-    assert neg.skip_below == pytest.approx(-80.0)  # F + 0.5 · (mean − F)
-    assert neg.equal_within == pytest.approx(10.0)
+    assert neg.skip_below == pytest.approx(-76.0)  # F + 0.5 · (mean − F)
+    assert neg.equal_within == pytest.approx(8.0)
     assert Teacher(skip=0.5, equal=0.25).answer(
         np.array([-85.0]), np.array([-90.0]), None, neg
     ) == ("skip")
     # the oracle has neither threshold, whatever the recent returns
     assert Teacher().thresholds(recent) == Teacher().thresholds([])
     assert Teacher().answer(np.array([0.0]), np.array([0.1]), None) == "right"
+
+
+def test_a_few_segments_far_below_the_rest_do_not_stop_the_skip_teacher_skipping():
+    # Pendulum-like returns: most in [-240, 0], a tail of 2% at -2,000. With the lowest return as
+    # the floor the threshold sat under almost every pair (0 skips in 5,250 queries); with the
+    # 10th percentile about the lowest tenth of segments are "both bad" and some pairs skip
+    rng = np.random.default_rng(0)
+    recent = np.concatenate([rng.uniform(-240, 0, 980), np.full(20, -2000.0)])
+    skip = Teacher(skip=0.1)
+    thr = skip.thresholds(recent)
+    assert thr.skip_below > -240
+    pairs = rng.choice(recent[:980], (5000, 2))
+    skipped = np.mean([skip.answer(a[:1], a[1:], rng, thr) == "skip" for a in pairs])
+    assert 0.002 < skipped < 0.05, skipped
 
 
 def test_myopic_teacher_weighs_the_end_of_the_segments_more():

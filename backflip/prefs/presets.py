@@ -44,18 +44,23 @@ PRESETS: dict[str, dict] = {
     "MovingDot84-v0": {
         "steps": 50_000,
         "policy": {"ppo": {"num_envs": 8, "num_steps": 128, "gamma": 0.98}},
-        # frame_stride=5: each reward-model minibatch sums r̂ over every 5th step of its 25-step
-        # segments, times 5 (an unbiased estimate of the paper's segment return, as Atari's CPU
-        # preset): the reward CNN's updates were half of the policy phase's time and all of
-        # pretraining's (~1.6 s each for 3 members x 32 pairs x 50 frames); at 1/5 of the
-        # frames they cost ~0.2 s (docs/benchmarks.md, "Preferences from frames")
+        # The reward CNN learns which move goes towards the centre only with one output per
+        # action (the paper's one-hot beside 784 conv features learns where clips were, not what
+        # the actions did), on every step of short segments (summing every 5th step of 25, the
+        # Atari CPU preset's shortcut, drowned each label's signal in sampling noise), without
+        # dropout on a 2x2-pixel dot; labels as the low-dimensional preset (docs/preferences.md,
+        # "From frames")
         "prefs": {
             "task": "move the dot to the centre of the screen (the cross)",
-            "labels": 200,
-            "dropout": 0.5,
+            "labels": 500,
+            "initial_frac": 0.5,
+            "random_envs": 64,
+            "selection": "disagreement",
+            "segment_length": 10,
+            "action_input": "heads",
+            "dropout": 0.0,
             "store_size": 300,
-            "rm_updates_per_kstep": 4,
-            "frame_stride": 5,
+            "rm_updates_per_kstep": 10,
         },
     },
     # half the labels up front, queries by disagreement: greedy 499.4, 477.4, 478.0, 500.0,
