@@ -228,7 +228,14 @@ def test_preference_rules():
     assert "prefs-starved" in fired(owed)
     assert "reward-model-fit" in fired(data(reward_model__val_train_loss_ratio=np.full(N, 2.5)))
     corr = np.r_[np.linspace(0.2, 0.9, 30), np.linspace(0.9, 0.3, N - 30)]
-    assert "reward-model-corr" in fired(data(reward_model__return_corr=corr))
+    assert fired(data(reward_model__return_corr=corr))["reward-model-corr"].severity == "warning"
+    # ... said, not warned, on a preference run whose true return improved meanwhile
+    learned = data(reward_model__return_corr=corr, prefs__true_return_mean=learning_returns())
+    learned.learned_reward = True
+    assert fired(learned)["reward-model-corr"].severity == "info"
+    learned = data(reward_model__return_corr=corr, prefs__true_return_mean=flat_returns())
+    learned.learned_reward = True
+    assert fired(learned)["reward-model-corr"].severity == "warning"
     # an off-policy learner's replay rewards: relabeled with each model (lag 0-1), or stale
     fresh = np.r_[np.zeros(N // 2), np.tile([0.0, 1.0], N)][:N]
     assert "stale-replay-rewards" not in fired(data(prefs__replay_reward_lag=fresh))
