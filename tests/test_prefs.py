@@ -844,14 +844,7 @@ def test_action_heads_learn_an_action_dependent_reward_from_frames():
             for q in range(200)]  # fmt: skip
     pos = np.stack([rng.integers(0, 157, 500), rng.integers(0, 207, 500)], 1)
     grid = np.stack([md.draw(p, 84, 84)[None, :, :, 0] for p in pos])
-    towards = np.stack(
-        [
-            np.linalg.norm(pos - md.CENTRE, axis=1)
-            > np.linalg.norm(np.clip(pos + md.MOVES[a], 0, [156, 206]) - md.CENTRE, axis=1)
-            for a in range(5)
-        ],
-        1,
-    )
+    towards = md.move(pos[:, None], np.arange(5))[1] > 0
     share = {}
     for heads, cnn in ((False, "paper"), (True, "paper"), (True, "keypoints")):
         torch.manual_seed(0)

@@ -39,6 +39,14 @@ def draw(pos: np.ndarray, height: int = HEIGHT, width: int = WIDTH) -> np.ndarra
     return frame
 
 
+def move(pos: np.ndarray, action) -> tuple[np.ndarray, np.ndarray]:
+    """The dot's positions after `action` (positions (..., 2) and actions broadcast) and the
+    reward: +1 when the move brings the dot nearer the centre, -1 farther, 0 otherwise."""
+    new = np.clip(pos + MOVES[action], 0, [WIDTH - DOT, HEIGHT - DOT])
+    nearer = np.linalg.norm(pos - CENTRE, axis=-1) - np.linalg.norm(new - CENTRE, axis=-1)
+    return new, np.sign(nearer)
+
+
 class MovingDot(gym.Env):
     """The dot's world; `obs` chooses what the agent sees: "rgb", "position" or "gray84"."""
 
@@ -77,12 +85,9 @@ class MovingDot(gym.Env):
         return self._obs(), {}
 
     def step(self, action):
-        before = np.linalg.norm(self.pos - CENTRE)
-        self.pos = np.clip(self.pos + MOVES[int(action)], 0, [WIDTH - DOT, HEIGHT - DOT])
-        after = np.linalg.norm(self.pos - CENTRE)
-        reward = float(np.sign(before - after))
+        self.pos, reward = move(self.pos, int(action))
         self.t += 1
-        return self._obs(), reward, False, self.t >= self.max_steps, {}
+        return self._obs(), float(reward), False, self.t >= self.max_steps, {}
 
     def render(self):
         return draw(self.pos)
