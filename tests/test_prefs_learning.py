@@ -43,9 +43,25 @@ def test_moving_dot_from_synthetic_preferences_beats_random(cli):
     assert ret > 30, f"true eval return {ret:.1f} is not clearly above a random policy's ~0"
 
 
-def test_pixel_moving_dot_runs_end_to_end_with_the_cnn_reward_model(cli):
-    # small budget: the point is the pixel path (NatureCNN policy, the paper's reward CNN with
-    # shared-mask dropout and batchnorm, clips drawn from frames), not learning
+@pytest.mark.parametrize(
+    "reward_cnn",
+    [
+        (),  # the preset's: keypoints, one output per action
+        (
+            "--set",
+            "prefs.cnn=paper",
+            "--set",
+            "prefs.action_input=concat",
+            "--set",
+            "prefs.dropout=0.5",
+        ),
+    ],
+    ids=["keypoints", "paper"],
+)
+def test_pixel_moving_dot_runs_end_to_end_with_the_cnn_reward_model(cli, reward_cnn):
+    # small budget: the point is the pixel path (NatureCNN policy, the reward CNN - the preset's,
+    # and the paper's with shared-mask dropout and batchnorm as Atari's presets use it - clips
+    # drawn from frames), not learning
     out = cli(
         "prefs",
         "train",
@@ -80,6 +96,7 @@ def test_pixel_moving_dot_runs_end_to_end_with_the_cnn_reward_model(cli):
         "1",
         "--json",
         "--no-progress",
+        *reward_cnn,
     )
     record = as_json(out.stdout)
     assert record["status"] == "finished", record
