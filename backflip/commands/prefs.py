@@ -151,7 +151,7 @@ def build(args, home):
         from backflip.prefs.pipeline import check_action_input
 
         probe = make_env(cfg.env_id, cfg.env)
-        check_action_input(pcfg, probe.action_space, cfg.env_id)
+        check_action_input(pcfg, probe.action_space)
         probe.close()
     if pcfg.stage == "policy" and pcfg.labels:
         raise UserError("--reward-model trains on a frozen model: drop --labels (or use --prefs)")

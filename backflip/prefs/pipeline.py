@@ -259,12 +259,12 @@ class PrefsConfig:
         return Teacher.named(name, **overrides, error_rate=self.error_rate)
 
 
-def check_action_input(pcfg: PrefsConfig, act_space, env_id: str) -> None:
+def check_action_input(pcfg: PrefsConfig, act_space) -> None:
     """`prefs.action_input=heads` gives one output per action: discrete actions only."""
     if pcfg.action_input == "heads" and not hasattr(act_space, "n"):
         raise UserError(
-            f"prefs.action_input=heads needs discrete actions (one output per action); {env_id} "
-            f"has {act_space}: use prefs.action_input=concat"
+            "prefs.action_input=heads needs discrete actions (one output per action); this "
+            f"env's actions are {act_space}: use prefs.action_input=concat"
         )
 
 
@@ -302,7 +302,7 @@ class Pipeline:
         self.teacher = pcfg.teacher()
         self.rng = np.random.default_rng(run.seed + 7919)
         self.share_rng = np.random.default_rng(run.seed + 15485863)  # which queries go to two
-        check_action_input(pcfg, act_space, run.env_id)
+        check_action_input(pcfg, act_space)
         self.model = RewardModel(
             obs_space,
             act_space,
