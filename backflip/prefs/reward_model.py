@@ -155,7 +155,6 @@ class RewardNet(nn.Module):
         self.image = len(obs_shape) == 3
         self.channels_last = channels_last
         self.heads = heads
-        self.cnn = cnn
         n_act_in = 0 if heads else act_dim
         act = nn.LeakyReLU(0.01)
         if self.image:
@@ -433,7 +432,7 @@ class RewardModel:
         fused = getattr(self, "fused", None)
         if fused is not None:
             o, a = self.encode(obs, act)
-            return (fused(o, a) if self.heads else fused(torch.cat([o, a], -1))).numpy()
+            return fused(o, a).numpy()
         return self.raw_outputs(obs, act).numpy()
 
     def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
@@ -513,6 +512,7 @@ class FusedMLP:
     """
 
     def __init__(self, nets: list[RewardNet]):
+        self.heads = nets[0].heads
         layers = [[m for m in net.body if isinstance(m, nn.Linear)] for net in nets]
         self.weights = [
             torch.stack([ls[i].weight.detach() for ls in layers]).transpose(1, 2)
@@ -523,15 +523,18 @@ class FusedMLP:
             for i in range(len(layers[0]))
         ]
 
-    def __call__(self, x: torch.Tensor, act: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, in) -> (members, N), or per-member inputs (members, N, in) -> (members, N).
-        Nets with action heads: `act` (N, |A|), the one-hot actions, picks each row's output."""
+    def __call__(self, x: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        """Features and encoded actions (N, ...) -> (members, N), or per-member features
+        (members, N, in) with actions (members, N, |A|). As `RewardNet.forward`: the action joins
+        the features, or with action heads its one-hot picks each row's output."""
+        if not self.heads:
+            x = torch.cat([x, act.expand(*x.shape[:-1], -1)], -1)
         h = x.expand(len(self.weights[0]), -1, -1) if x.dim() == 2 else x
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
             h = torch.baddbmm(b, h, w)
             if i < len(self.weights) - 1:
                 h = torch.nn.functional.leaky_relu(h, 0.01)
-        if act is not None:
+        if self.heads:
             return (h * act).sum(-1)
         return h.squeeze(-1)
 
@@ -553,7 +556,6 @@ class FusedCNN:
     def __init__(self, nets: list[RewardNet]):
         self.members = len(nets)
         self.channels_last = nets[0].channels_last
-        self.heads = nets[0].heads
         self.layers: list[tuple[torch.Tensor, torch.Tensor, int, int, int]] = []
         convs = [[m for m in n.convs if isinstance(m, nn.Conv2d)] for n in nets]
         softmax = [m for n in nets for m in n.convs if isinstance(m, SpatialSoftmax)]
@@ -595,9 +597,7 @@ class FusedCNN:
         else:
             feat = x.reshape(n, m, -1).transpose(0, 1)  # each member's (C, H, W) flattened
         a = act.reshape(n, -1).expand(m, n, -1)
-        if self.heads:
-            return self.mlp(feat, a).reshape(m, *lead)
-        return self.mlp(torch.cat([feat, a], -1)).reshape(m, *lead)
+        return self.mlp(feat, a).reshape(m, *lead)
 
 
 class StackedFrames:
