@@ -137,19 +137,19 @@ def score(runs: dict, r_random: float, r_true: float | None) -> None:
 
 def answers(run_dir: Path) -> dict:
     """How the run's queries were answered, over its seeds: skipped, equal (label 0.5), other."""
-    import sqlite3
+    from backflip.prefs.db import PreferenceDB
 
-    counts = {"skipped": 0, "equal": 0, "labeled": 0}
-    for db in sorted(run_dir.glob("seeds/*/prefs.sqlite")):
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            for status, equal, n in con.execute(
-                "SELECT status, label = 0.5, COUNT(*) FROM queries GROUP BY status, label = 0.5"
-            ):
-                if status == "skipped":
-                    counts["skipped"] += n
-                elif status == "labeled":
-                    counts["equal" if equal else "labeled"] += n
-    return counts
+    total = {"skipped": 0, "equal": 0, "labeled": 0}
+    for path in sorted(run_dir.glob("seeds/*/prefs.sqlite")):
+        db = PreferenceDB(path)
+        try:
+            counts = db.counts()
+        finally:
+            db.close()
+        total["skipped"] += counts["skipped"]
+        total["equal"] += counts["equal"]
+        total["labeled"] += counts["labeled"] - counts["equal"]
+    return total
 
 
 def merged(old: dict | None, new: dict, args) -> dict:

@@ -182,13 +182,14 @@ def test_named_teachers_settings_and_the_stored_spec():
             PrefsConfig(**bad)
 
 
-def test_a_skipped_synthetic_answer_is_stored_as_skipped(tmp_path):
+def test_skipped_and_equal_synthetic_answers_are_stored_and_counted(tmp_path):
     db = PreferenceDB(tmp_path / "prefs.sqlite")
     db.add_query(seg([1]), seg([0]), 0, "random", None, "synthetic(skip=0.1)", skipped=True)
     db.add_query(seg([1]), seg([0]), 0, "random", 1.0, "synthetic(skip=0.1)")
-    assert db.counts() == {"labeled": 1, "pending": 0, "skipped": 1, "segments": 4}
-    assert db.answered() == 2 and len(db.labels()) == 1
-    assert [a["choice"] for a in db.graded_answers()] == ["skip", "left"]
+    db.add_query(seg([1]), seg([1]), 0, "random", 0.5, "synthetic(equal=0.1)")
+    assert db.counts() == {"labeled": 2, "equal": 1, "pending": 0, "skipped": 1, "segments": 6}
+    assert db.answered() == 3 and len(db.labels()) == 2
+    assert [a["choice"] for a in db.graded_answers()] == ["skip", "left", "equal"]
     db.close()
 
 

@@ -392,13 +392,19 @@ class PreferenceDB:
         return Segment(unpack(row[0]), unpack(row[1]), unpack(row[2]), row[3], int(seg_id))
 
     def counts(self) -> dict[str, int]:
+        """Queries by status, `equal` the labeled ones answered "equally good" (label 0.5), and
+        the segments stored."""
         with self._lock:
             by_status = dict(
                 self.conn.execute("SELECT status, COUNT(*) FROM queries GROUP BY status")
             )
+            equal = self.conn.execute(
+                "SELECT COUNT(*) FROM queries WHERE status = 'labeled' AND label = 0.5"
+            ).fetchone()[0]
             segments = self.conn.execute("SELECT COUNT(*) FROM segments").fetchone()[0]
         return {
             "labeled": by_status.get("labeled", 0),
+            "equal": equal,
             "pending": by_status.get("pending", 0),
             "skipped": by_status.get("skipped", 0),
             "segments": segments,
