@@ -264,6 +264,7 @@ DOMAINS: dict[str, Domain] = {
     "target_kl": NON_NEGATIVE,
     "hidden": SIZES,
     "activation": ACTIVATIONS,
+    "cnn": Domain(choices=("nature", "keypoints")),  # nets.encoder's image encoders
     "log_std_init": Domain(-20, 2),
     "sde_sample_freq": NON_NEGATIVE,
     "adam_eps": above(0, high=1),

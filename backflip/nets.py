@@ -123,19 +123,65 @@ class NatureCNN(nn.Module):
         return self.net(x.float() / 255.0)
 
 
-def encoder(obs_shape: tuple[int, ...], hidden: tuple[int, ...], activation: str):
-    """A feature extractor for `obs_shape`: identity for vectors, NatureCNN for images."""
+class SpatialSoftmax(nn.Module):
+    """Each channel's expected position: a softmax over its H x W map (one learned temperature
+    per channel), then the mean x and y under it, in [-1, 1] (Levine, Finn et al. 2016, "End-to-end
+    training of deep visuomotor policies"). (N, C, H, W) -> (N, 2C): x of every channel, then y."""
+
+    def __init__(self, channels: int, height: int, width: int):
+        super().__init__()
+        self.temperature = nn.Parameter(torch.ones(channels))
+        self.register_buffer("grid_x", torch.linspace(-1, 1, width).repeat(height))
+        self.register_buffer("grid_y", torch.linspace(-1, 1, height).repeat_interleave(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, c = x.shape[:2]
+        p = torch.softmax(x.reshape(n, c, -1) * self.temperature[:, None], -1)
+        return torch.cat([p @ self.grid_x, p @ self.grid_y], -1)
+
+
+class KeypointCNN(nn.Module):
+    """Where things are in a frame, as coordinates: a 7x7 stride-3 convolution, two 3x3 at its
+    resolution (ReLU), then `SpatialSoftmax` (16 channels -> 32 numbers). NatureCNN's flattened
+    features give each position its own weights, so what is learned about a small object in one
+    place does not carry to the next; coordinates do (MovingDot84's 2x2-pixel dot:
+    docs/preferences.md, "From frames"). What is where, not what it looks like: the MLPs after it
+    map the coordinates to actions and values."""
+
+    def __init__(self, obs_shape: tuple[int, ...], channels: int = 16):
+        super().__init__()
+        c, h, w = obs_shape
+        side = (h - 7) // 3 + 1, (w - 7) // 3 + 1
+        self.net = nn.Sequential(
+            layer_init(nn.Conv2d(c, channels, 7, 3)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(channels, channels, 3, 1, 1)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(channels, channels, 3, 1, 1)),
+            nn.ReLU(),
+            SpatialSoftmax(channels, *side),
+        )
+        self.out_dim = 2 * channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.float() / 255.0)
+
+
+def encoder(obs_shape: tuple[int, ...], cnn: str = "nature"):
+    """A feature extractor for `obs_shape` and its output size: identity for vectors; for images
+    `cnn`, NatureCNN (`nature`) or KeypointCNN (`keypoints`)."""
     if len(obs_shape) == 3:
-        cnn = NatureCNN(obs_shape[0])
-        return cnn, cnn.out_dim
+        net = KeypointCNN(obs_shape) if cnn == "keypoints" else NatureCNN(obs_shape[0])
+        return net, net.out_dim
     return nn.Identity(), int(np.prod(obs_shape))
 
 
 class ActorCritic(nn.Module):
     """Separate policy and value MLPs on a shared encoder (PPO, A2C, VPG).
 
-    Vector observations: two MLPs with `hidden` layers. Images: a shared NatureCNN trunk with
-    linear policy and value heads on its features, as in the Atari papers (Mnih et al. 2016).
+    Vector observations: two MLPs with `hidden` layers. Images: a shared CNN trunk (`cnn`):
+    NatureCNN with linear policy and value heads on its features, as in the Atari papers (Mnih et
+    al. 2016), or KeypointCNN with the two `hidden` MLPs on its coordinates.
     Discrete actions: the policy outputs logits; Box actions: the Gaussian mean, with a learned
     state-independent log standard deviation.
 
@@ -157,10 +203,12 @@ class ActorCritic(nn.Module):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         sde: bool = False,
+        cnn: str = "nature",
     ):
         super().__init__()
-        self.trunk, n_in = encoder(obs_shape, hidden, activation)
-        heads = () if len(obs_shape) == 3 else tuple(hidden)
+        self.trunk, n_in = encoder(obs_shape, cnn)
+        # NatureCNN's 512 features feed linear heads (the Atari papers); coordinates need MLPs
+        heads = () if len(obs_shape) == 3 and cnn == "nature" else tuple(hidden)
         self.discrete = hasattr(action_space, "n")
         n_out = action_space.n if self.discrete else int(np.prod(action_space.shape))
         self.pi = mlp([n_in, *heads, n_out], activation, out_gain=0.01)

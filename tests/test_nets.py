@@ -305,3 +305,31 @@ def test_flat_parameters_keep_a_channels_last_weight_channels_last_with_its_valu
     # the buffer's gradient holds exactly the parameters' gradients (padding stays zero)
     total = sum(p.grad.pow(2).sum() for p in fast.parameters())
     assert torch.allclose(flat.grad.pow(2).sum(), total, rtol=1e-5)
+
+
+def test_the_keypoint_cnn_reports_where_a_dot_is_as_coordinates():
+    """With every filter positive and a sharp softmax, each channel's expected position is the
+    dot's (x first, then y, in [-1, 1]); moving the dot moves the coordinates with it."""
+    torch.manual_seed(0)
+    ac = ActorCritic((1, 84, 84), gym.spaces.Discrete(5), cnn="keypoints")
+    trunk = ac.trunk
+    with torch.no_grad():
+        for m in trunk.net:
+            if isinstance(m, nn.Conv2d):
+                m.weight.uniform_(0.1, 0.2)
+                m.bias.zero_()
+        trunk.net[-1].temperature.fill_(50.0)
+
+    def coords(x, y):
+        frame = torch.zeros(1, 1, 84, 84, dtype=torch.uint8)
+        frame[0, 0, y : y + 2, x : x + 2] = 255
+        out = trunk(frame)[0]
+        return out[:16], out[16:]
+
+    (x1, y1), (x2, y2) = coords(10, 60), coords(60, 20)
+    assert trunk.out_dim == 32 and x1.shape == y1.shape == (16,)
+    assert (x1 < -0.5).all() and (y1 > 0.2).all() and (x2 > 0.2).all() and (y2 < -0.3).all()
+    # the actor-critic puts its `hidden` MLPs on the coordinates (NatureCNN: linear heads)
+    assert [m.out_features for m in ac.pi if isinstance(m, nn.Linear)] == [64, 64, 5]
+    assert [m.out_features for m in ActorCritic((1, 84, 84), gym.spaces.Discrete(5)).pi
+            if isinstance(m, nn.Linear)] == [5]  # fmt: skip

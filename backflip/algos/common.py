@@ -110,15 +110,15 @@ def actor_critic_agent(ac, obs_norm, act_space, device) -> Agent:
 
 def build_actor_critic(cfg, obs_space, act_space):
     """The `nets.ActorCritic` a PPO, A2C or VPG config describes (hidden, activation,
-    log_std_init, sde), freshly initialized."""
+    log_std_init, sde, cnn), freshly initialized."""
     return ActorCritic(
-        obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, cfg.sde
+        obs_space.shape, act_space, cfg.hidden, cfg.activation, cfg.log_std_init, cfg.sde, cfg.cnn
     )
 
 
 def load_actor_critic(checkpoint: dict, obs_space, act_space, device="cpu") -> Agent:
     """The agent in a checkpoint whose state holds `model` (an ActorCritic built from the
-    config's `hidden`, `activation`, `log_std_init`, `sde`) and `obs_norm` (or None)."""
+    config's `hidden`, `activation`, `log_std_init`, `sde`, `cnn`) and `obs_norm` (or None)."""
     cfg = TrainConfig.from_dict(checkpoint["config"]).hp
     ac = build_actor_critic(cfg, obs_space, act_space)
     ac.to(device).load_state_dict(checkpoint["state"]["model"])

@@ -62,11 +62,11 @@ from backflip.seedrun import SeedRun
 
 
 class QNetwork(nn.Module):
-    """Q(s, ·): an encoder (identity for vectors, NatureCNN for images) and an MLP head."""
+    """Q(s, ·): an encoder (identity for vectors, `cfg.cnn` for images) and an MLP head."""
 
     def __init__(self, obs_shape, n_actions: int, cfg: Config):
         super().__init__()
-        self.trunk, n_in = encoder(obs_shape, cfg.hidden, cfg.activation)
+        self.trunk, n_in = encoder(obs_shape, cfg.cnn)
         self.head = mlp([n_in, *cfg.hidden, n_actions], cfg.activation, orthogonal=False)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

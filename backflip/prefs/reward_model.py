@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from backflip.nets import SpatialSoftmax
 from backflip.normalize import RunningMeanStd
 
 VAL_FRACTION = 1 / math.e
@@ -100,23 +101,6 @@ class PairBatchNorm2d(nn.BatchNorm2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-3]
         return super().forward(x.reshape(-1, *x.shape[-3:])).reshape(*lead, *x.shape[-3:])
-
-
-class SpatialSoftmax(nn.Module):
-    """Each channel's expected position: a softmax over its H x W map (one learned temperature
-    per channel), then the mean x and y under it, in [-1, 1] (Levine, Finn et al. 2016, "End-to-end
-    training of deep visuomotor policies"). (N, C, H, W) -> (N, 2C): x of every channel, then y."""
-
-    def __init__(self, channels: int, height: int, width: int):
-        super().__init__()
-        self.temperature = nn.Parameter(torch.ones(channels))
-        self.register_buffer("grid_x", torch.linspace(-1, 1, width).repeat(height))
-        self.register_buffer("grid_y", torch.linspace(-1, 1, height).repeat_interleave(width))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, c = x.shape[:2]
-        p = torch.softmax(x.reshape(n, c, -1) * self.temperature[:, None], -1)
-        return torch.cat([p @ self.grid_x, p @ self.grid_y], -1)
 
 
 CNNS = ("paper", "keypoints")

@@ -25,6 +25,9 @@ class Config:
     """hidden layer sizes of the Q-network MLP"""
     activation: str = "relu"
     """tanh, relu, elu or leaky_relu"""
+    cnn: str = "nature"
+    """image observations: the Q-network's CNN, nature (DQN's) or keypoints (coordinates of what
+    the convolutions find: small objects)"""
     lr: float = 2.3e-3
     """Adam learning rate"""
     anneal_lr: bool = True

@@ -59,6 +59,9 @@ class Settings:
     """hidden layer sizes of the policy and value MLPs (separate networks)"""
     activation: str = "tanh"
     """tanh, relu, elu or leaky_relu"""
+    cnn: str = "nature"
+    """image observations: the policy and value's shared CNN, nature (DQN's, linear heads) or
+    keypoints (coordinates of what the convolutions find, then the `hidden` MLPs: small objects)"""
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy (Box actions; with sde: log σ)"""
     sde: bool = False
