@@ -59,9 +59,9 @@ def test_moving_dot_from_synthetic_preferences_beats_random(cli):
     ids=["keypoints", "paper"],
 )
 def test_pixel_moving_dot_runs_end_to_end_with_the_cnn_reward_model(cli, reward_cnn):
-    # small budget: the point is the pixel path (NatureCNN policy, the reward CNN - the preset's,
-    # and the paper's with shared-mask dropout and batchnorm as Atari's presets use it - clips
-    # drawn from frames), not learning
+    # small budget: the point is the pixel path (the preset's keypoints policy, the reward CNN -
+    # the preset's, and the paper's with shared-mask dropout and batchnorm as Atari's presets use
+    # it - clips drawn from frames), not learning
     out = cli(
         "prefs",
         "train",
