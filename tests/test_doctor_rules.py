@@ -385,6 +385,34 @@ def test_trivial_policy_at_the_do_nothing_level_of_a_task_where_that_is_not_opti
     assert "trivial-policy" not in fired(unknown)
 
 
+def test_greedy_gap_when_the_greedy_policy_stands_still_where_the_sampled_one_moves():
+    """MovingDot84's PPO seed 1 after 50k steps (issue 22): its last training episodes returned
+    ~90, but 10 of its 20 greedy episodes were a no-op from the first step (greedy mean 44)."""
+    train = np.array([6, 141, 76, 95, 48, 121, 67, 30, 100, 76, 80, 50, 131, 156, 78, 146.0])
+    greedy = [158, 0, 0, 0, 32, 0, 116, 0, 92, 131, 0, 123, 0, 0, 21, 0, 88, 54, 65, 0.0]
+    eps = (np.linspace(END / 16, END, 16).astype(int), train, np.full(16, 1000.0))
+
+    def run(evals, episodes=eps, **series):
+        mean, std = np.full(N, np.nan), np.full(N, np.nan)
+        mean[-1], std[-1] = np.mean(evals), np.std(evals)
+        d = data(episodes, eval__return_mean=mean, eval__return_std=std, **series)
+        d.status = {"final_eval_returns": evals}
+        return d
+
+    f = fired(run(greedy))["greedy-gap"]
+    assert f.severity == "warning" and f.evidence["greedy"] == 44.0 and f.step == END
+    assert "44 over 20 episodes" in f.message and "91.4" in f.message
+    # the same policy a little below its training return (noise), or above it: silent
+    assert "greedy-gap" not in fired(run([v + 40 for v in greedy]))
+    assert "greedy-gap" not in fired(run([120.0] * 20))
+    assert "greedy-gap" not in fired(run(greedy[:4]))  # 4 evaluation episodes: too few to say
+    # a preference run: the true return's means, the evaluation's spread standing in for theirs
+    true = 88 + rng.normal(0, 2, N)
+    pref = run(greedy, episodes=None, prefs__true_return_mean=true, rollout__ep_return_mean=true)
+    pref.learned_reward = True
+    assert fired(pref)["greedy-gap"].evidence["training"] > 85
+
+
 def test_q_rules_account_for_the_entropy_bonus_of_a_soft_q():
     """SAC's Q holds γ·α·H/(1−γ) besides the rewards: with Pendulum's rewards (all ≤ 0) and a
     wide early policy (H > 0) its Q can be positive without any bug."""

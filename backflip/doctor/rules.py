@@ -27,6 +27,7 @@ import numpy as np
 from backflip.doctor import tasks
 from backflip.doctor.findings import Hit, rule
 from backflip.doctor.series import (
+    EVAL_RETURNS,
     LEARNED_RETURNS,
     Progress,
     RunData,
@@ -1082,6 +1083,72 @@ def trivial_policy(d: RunData):
             },
         )
     return None
+
+
+GREEDY_GAP_SHARE = 0.25  # of the training return's scale: a gap that changes a verdict
+GREEDY_GAP_Z = 2.5  # standard errors: one-sided p ~ 0.006 per run when the policies are alike
+
+
+@rule(
+    "greedy-gap",
+    entry="11",
+    reads=(EVAL_RETURN, "eval/return_std", "episodes", "rollout/ep_return_mean", TRUE_READ),
+    threshold="the final greedy evaluation's mean return is below training's at its end (the "
+    "last 10% of steps, at least the last 10 episodes) "
+    "by more than a quarter of max(|training mean|, its per-episode std) and by more than 2.5 "
+    "standard errors of the difference (per-episode spreads of both, at least 5 evaluation "
+    "episodes); a warning",
+    cause="the deterministic policy (argmax, or the Gaussian's mean) is not the policy that "
+    "learned: where two actions are close in probability the argmax can pick one that goes "
+    "nowhere (a no-op, a push into a wall, two states whose best actions point at each other), "
+    "and a greedy episode then stays there to the end, where sampling stumbles out",
+    check_next="the per-episode greedy returns (several exactly equal, such as 0: stuck); watch "
+    "greedy episodes (`backflip watch`); the policy's entropy at the end; more training, an "
+    "entropy bonus, or an encoder that separates the states (cnn=keypoints for small objects)",
+    source="issue 22 (MovingDot84: PPO's greedy 44 against a training return of ~90; 10 of 20 "
+    "greedy episodes a no-op from the first step)",
+)
+def greedy_gap(d: RunData):
+    ev, sd = d.get(EVAL_RETURN), d.get("eval/return_std")
+    r = d.returns
+    if ev is None or r is EVAL_RETURNS or d.end < 0.5 * d.horizon:
+        return None
+    step, g = int(ev[0][-1]), float(ev[1][-1])
+    n_eval = len(d.status.get("final_eval_returns") or []) or int(d.hp.get("eval_episodes", 0))
+    if not math.isfinite(g) or step < 0.9 * d.end or n_eval < 5:
+        return None
+    if r.episodes and d.episodes is not None:
+        steps, rets, _ = d.episodes
+        ok = np.isfinite(rets)
+        steps, rets = steps[ok], rets[ok]
+        late = rets[steps >= 0.9 * d.horizon]
+        late = late if len(late) >= 10 else rets[-10:]
+        if len(late) < 10:
+            return None
+        m, s_train, n_train = float(np.mean(late)), float(np.std(late, ddof=1)), len(late)
+    elif (series := d.get(r.mean)) is not None and len(finite(series)[0]) >= 3:
+        late = tail(finite(series), 0.1, d.horizon)[1]
+        # means over episodes, whose own spread is unknown: the evaluation's stands in for it
+        m, s_train, n_train = float(np.mean(late)), math.nan, None
+    else:
+        return None
+    s_eval = float(sd[1][-1]) if sd is not None and sd[0][-1] == step else math.nan
+    spread = s_train if math.isfinite(s_train) else s_eval
+    if not math.isfinite(spread):
+        return None
+    s_eval = s_eval if math.isfinite(s_eval) else spread
+    se = math.sqrt(s_eval**2 / n_eval + (spread**2 / n_train if n_train else 0.0))
+    gap = m - g
+    if gap <= GREEDY_GAP_SHARE * max(abs(m), spread) or gap <= GREEDY_GAP_Z * se:
+        return None
+    return Hit(
+        "warning",
+        f"the final greedy evaluation's mean {r.name} ({fmt(g)} over {n_eval} episodes) is "
+        f"{fmt(gap)} below training's at its end ({fmt(m)})",
+        metric=EVAL_RETURN,
+        step=step,
+        evidence={"greedy": g, "training": m, "gap": gap, "std_error": se, "n_eval": n_eval},
+    )
 
 
 # --- entry 12: throughput ----------------------------------------------------------------------
