@@ -12,6 +12,7 @@ per variant; the probe prints, per variant and every 250 updates:
 
     python benchmarks/reward_cnn_probe.py                       # the variants below
     python benchmarks/reward_cnn_probe.py --variants heads,keypoints --labels 1000
+    python benchmarks/reward_cnn_probe.py --run runs/ID     # a preference run's saved models
 
 Variants (`prefs.*` settings): concat (the paper's CNN, the action one-hot beside its features),
 heads (`action_input=heads`), keypoints (`action_input=heads`, `cnn=keypoints`), each on
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -81,6 +83,36 @@ def grid(lowdim: bool):
     return obs, true
 
 
+def score(pred: np.ndarray, true: np.ndarray) -> dict:
+    """corr and towards (the module docstring) of rewards `pred` (positions, actions) against
+    the true rewards of the grid."""
+    centred = [x - x.mean(1, keepdims=True) for x in (pred, true)]
+    return {
+        "corr": round(float(np.corrcoef(centred[0].ravel(), centred[1].ravel())[0, 1]), 3),
+        "towards": round(float(np.mean(true[np.arange(len(true)), pred.argmax(1)] > 0)), 3),
+    }
+
+
+def saved_models(run_dir: Path) -> None:
+    """Score each seed's saved reward model (`reward_model.pt`) of a MovingDot84 preference run:
+    the rewards its policy saw at the end (the ensemble's normalized mean)."""
+    from backflip.prefs.pipeline import PrefsConfig, build_reward_model
+    from backflip.runs.archive import load_run
+
+    record = load_run(run_dir)
+    env = gym.make(record["config"]["env_id"])
+    g_obs, g_true = grid(lowdim=len(env.observation_space.shape) == 1)
+    print("| seed | corr | towards |\n|---|---|---|")
+    for path in sorted(run_dir.glob("seeds/*/reward_model.pt")):
+        saved = torch.load(path, weights_only=False)
+        cfg = PrefsConfig.from_dict(saved["prefs"])
+        model = build_reward_model(cfg, env.observation_space, env.action_space, seed=0)
+        model.load_state_dict(saved["model"])
+        pred = np.stack([model.reward(g_obs, np.full(len(g_obs), a)) for a in range(5)], 1)
+        row = score(pred, g_true)
+        print(f"| {path.parent.name} | {row['corr']} | {row['towards']} |")
+
+
 def probe(name: str, args) -> list[dict]:
     v = dict(VARIANTS[name])
     lowdim = v.pop("lowdim", False)
@@ -115,13 +147,11 @@ def probe(name: str, args) -> list[dict]:
         val_loss, val_acc = model.evaluate(pairs, pairs.val)
         model.adapt_l2(train_loss, val_loss)
         pred = np.stack([model.raw_rewards(g_obs, np.full(len(g_obs), a))[0] for a in range(5)], 1)
-        centred = [x - x.mean(1, keepdims=True) for x in (pred, g_true)]
         row = {
             "variant": name,
             "updates": u,
             "val_acc": round(float(val_acc[0]), 3),
-            "corr": round(float(np.corrcoef(centred[0].ravel(), centred[1].ravel())[0, 1]), 3),
-            "towards": round(float(np.mean(g_true[np.arange(len(g_obs)), pred.argmax(1)] > 0)), 3),
+            **score(pred, g_true),
             "seconds": round(time.time() - t0),
         }
         print(json.dumps(row), flush=True)
@@ -135,8 +165,11 @@ def main() -> None:
     ap.add_argument("--labels", type=int, default=500)
     ap.add_argument("--updates", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--run", type=Path, help="score the saved reward models of this run instead")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.run:
+        return saved_models(args.run)
     results = {}
     for name in args.variants.split(","):
         if name not in VARIANTS:

@@ -198,7 +198,7 @@ def test_database_answers_skips_undo_and_reuse(tmp_path):
     q1 = db.add_query(seg([1]), seg([0]), 10, "random")
     q2 = db.add_query(seg([2]), seg([3]), 10, "random")
     q3 = db.add_query(seg([0]), seg([0]), 10, "random", label=0.5, labeler="synthetic")
-    assert db.counts() == {"labeled": 1, "equal": 0, "pending": 2, "skipped": 0, "segments": 6}
+    assert db.counts() == {"labeled": 1, "equal": 1, "pending": 2, "skipped": 0, "segments": 6}
     db.answer(q1, "left")
     db.answer(q2, "skip")
     with pytest.raises(KeyError):

@@ -245,6 +245,11 @@ class PrefsConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, prefs: dict) -> PrefsConfig:
+        """The settings a run recorded (`to_dict`, read back from JSON: lists for tuples)."""
+        return cls(**{**prefs, "hidden": tuple(prefs.get("hidden", (64, 64)))})
+
     def teacher(self) -> Teacher:
         """The simulated teacher of a synthetic labeler: B-Pref's named one (or the oracle) with
         the prefs.teacher_* that are set, and `error_rate`."""
@@ -293,6 +298,28 @@ def seed_files(run_dir: str | Path, seed: int) -> Path:
     return seed_dir(run_dir, seeds[0])
 
 
+def build_reward_model(pcfg: PrefsConfig, obs_space, act_space, seed: int) -> RewardModel:
+    """The reward-model ensemble `pcfg` describes, freshly initialized (a saved one's state then
+    loads into it: `load_reward_model`)."""
+    return RewardModel(
+        obs_space,
+        act_space,
+        members=pcfg.members,
+        hidden=pcfg.hidden,
+        dropout=pcfg.dropout,
+        lr=pcfg.rm_lr,
+        l2=pcfg.l2,
+        batch_size=pcfg.rm_batch,
+        noise=pcfg.noise,
+        reward_std=pcfg.reward_std,
+        rng=np.random.default_rng(seed + 104729),
+        frame_stride=pcfg.frame_stride,
+        use_actions=pcfg.reward_input == "obs+action",  # next-obs, progress: r̂(o)
+        action_heads=pcfg.action_input == "heads",
+        cnn=pcfg.cnn,
+    )
+
+
 class Pipeline:
     """Segments, labels and the reward model of one seed, and their health metrics."""
 
@@ -303,23 +330,7 @@ class Pipeline:
         self.rng = np.random.default_rng(run.seed + 7919)
         self.share_rng = np.random.default_rng(run.seed + 15485863)  # which queries go to two
         check_action_input(pcfg, act_space)
-        self.model = RewardModel(
-            obs_space,
-            act_space,
-            members=pcfg.members,
-            hidden=pcfg.hidden,
-            dropout=pcfg.dropout,
-            lr=pcfg.rm_lr,
-            l2=pcfg.l2,
-            batch_size=pcfg.rm_batch,
-            noise=pcfg.noise,
-            reward_std=pcfg.reward_std,
-            rng=np.random.default_rng(run.seed + 104729),
-            frame_stride=pcfg.frame_stride,
-            use_actions=pcfg.reward_input == "obs+action",  # next-obs, progress: r̂(o)
-            action_heads=pcfg.action_input == "heads",
-            cnn=pcfg.cnn,
-        )
+        self.model = build_reward_model(pcfg, obs_space, act_space, run.seed)
         self.frozen = False
         self.snap = self.model.snapshot()
         self.pairs = PairSet(
@@ -806,7 +817,7 @@ def train_seed(cfg, prefs: dict, run) -> None:
     from backflip.envs import make_env
     from backflip.prefs.wrapper import LearnedReward
 
-    pcfg = PrefsConfig(**{**prefs, "hidden": tuple(prefs.get("hidden", (64, 64)))})
+    pcfg = PrefsConfig.from_dict(prefs)
     folder = Path(run.out_dir) if run.out_dir is not None else None
     if folder is None:
         raise UserError("a preference run needs an output folder for its database")
