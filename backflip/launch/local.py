@@ -58,10 +58,11 @@ def run_jobs_local(
 
     def on_signal(signum, frame):
         nonlocal stopping
-        if stopping:  # second signal: children stop at once
-            for proc, _ in active.values():
-                if proc.pid:
+        if stopping:  # second signal: children stop at once (SIGINT alone: a SIGTERM after it
+            for proc, _ in active.values():  # would be a third request, landing mid-cleanup)
+                if proc.pid and proc.is_alive():
                     os.kill(proc.pid, signal.SIGINT)
+            return
         stopping = True
         for proc, _ in active.values():  # forward: the terminal may not have signalled them
             if proc.pid and proc.is_alive():

@@ -108,6 +108,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     t0 = time.perf_counter()
     run = None
     last_sent = [0.0]
+    ending = [False]  # set before the handlers are reset: a pending one runs during the reset
     poll_stop = getattr(conn, "stop_requested", None)
 
     def send(*msg):
@@ -158,6 +159,8 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
             run.restore(checkpoint)
 
         def stop(signum, frame):
+            if ending[0]:  # the outcome is being written: a late signal must not cut it short
+                return
             if run.stopping:  # second signal: stop now
                 raise KeyboardInterrupt
             run.stopping = True
@@ -183,6 +186,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     except BaseException as e:  # noqa: BLE001 — any crash is recorded, never lost
         status.update(status="failed", error=failure_text(e, run), traceback=traceback.format_exc())
     finally:
+        ending[0] = True
         if handle_signals:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
