@@ -58,8 +58,10 @@ def run_jobs_local(
 
     def on_signal(signum, frame):
         nonlocal stopping
-        if stopping:  # second signal: children stop at once (SIGINT alone: a SIGTERM after it
-            for proc, _ in active.values():  # would be a third request, landing mid-cleanup)
+        # second signal: children stop at once, with SIGINT alone (a SIGTERM after it would be
+        # a third request, landing while the seed writes its outcome)
+        if stopping:
+            for proc, _ in active.values():
                 if proc.pid and proc.is_alive():
                     os.kill(proc.pid, signal.SIGINT)
             return
