@@ -15,9 +15,7 @@ final checkpoint. Nothing in here calls back into the algorithm.
 
 from __future__ import annotations
 
-import errno
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -30,6 +28,7 @@ from backflip.config import TrainConfig, check_device
 from backflip.envs import make_vec
 from backflip.envs.wrappers import FiniteObservations
 from backflip.errors import NonFiniteError
+from backflip.runs.archive import save_torch
 from backflip.runs.layout import (
     CHECKPOINTS,
     FINAL_CHECKPOINT,
@@ -41,15 +40,6 @@ from backflip.runs.layout import (
 )
 from backflip.telemetry import Telemetry
 from backflip.video import make_render_env, record_video
-
-
-def disk_full(folder: Path, below: int = 1 << 16) -> bool:
-    """Whether the filesystem of `folder` has less than `below` bytes left for this user."""
-    try:
-        st = os.statvfs(folder)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < below
 
 
 def seed_everything(seed: int) -> None:
@@ -335,16 +325,7 @@ class SeedRun:
                 "python": random.getstate(),
             },
         }
-        tmp = path.with_suffix(".tmp")
-        try:
-            torch.save(payload, tmp)
-            os.replace(tmp, path)
-        except RuntimeError as e:  # torch's zip writer hides ENOSPC ("unexpected pos 64 vs 0")
-            if disk_full(folder):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp)) from e
-            raise
-        finally:  # a full disk leaves no partial checkpoint behind
-            tmp.unlink(missing_ok=True)
+        save_torch(payload, path)  # atomic; a full disk raises OSError(ENOSPC)
         self.result["checkpoint"] = str(path)
         return path
 

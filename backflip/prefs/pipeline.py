@@ -63,6 +63,7 @@ from backflip.prefs.segments import (
     SegmentStore,
     select_pairs,
 )
+from backflip.runs.archive import save_torch
 
 STAGES = ("full", "gather", "pretrain", "policy")
 INITIAL_LABELS = "initial labels"
@@ -806,9 +807,7 @@ def load_reward_model(pipe: Pipeline, run_dir: str) -> None:
 
 def save_reward_model(pipe: Pipeline, folder: Path) -> None:
     payload = {"model": pipe.model.state_dict(), "prefs": pipe.cfg.to_dict()}
-    tmp = folder / "reward_model.pt.tmp"
-    torch.save(payload, tmp)
-    tmp.replace(folder / "reward_model.pt")
+    save_torch(payload, folder / "reward_model.pt")
 
 
 def train_seed(cfg, prefs: dict, run) -> None:

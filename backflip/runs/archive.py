@@ -126,6 +126,28 @@ def write_json(path: Path, data, reserve: int | None = None) -> None:
             raise
 
 
+def save_torch(payload, path: Path) -> None:
+    """`torch.save` atomically (temp file + rename); no partial file is left behind.
+
+    Through a Python file object, so a full disk raises OSError(ENOSPC): torch's own zip
+    writer reports it as a RuntimeError ("unexpected pos 64 vs 0"), whose context holds the
+    OSError only when the bytes went through Python."""
+    import torch
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+        os.replace(tmp, path)
+    except RuntimeError as e:
+        cause = e.__context__
+        if isinstance(cause, OSError):
+            raise cause from e
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _rewrite_in_place(path: Path, text: bytes) -> bool:
     """Overwrite `path` with `text` padded with spaces to its current size, if it fits."""
     try:
