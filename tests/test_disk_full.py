@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from backflip.runs.archive import NO_SPACE, STATUS_RESERVE, write_json
+from backflip.runs.archive import NO_SPACE, STATUS_RESERVE, save_torch, write_json
 from backflip.telemetry import Telemetry, read_episodes, read_metrics
 
 
@@ -165,6 +165,33 @@ def test_runs_reads_the_run_folders_when_the_index_cannot_be_opened(home, monkey
     assert [r["id"] for r in index.query(home, tag="t")] == [run_dir.name]
 
 
+def test_runs_reads_the_run_folders_when_the_stale_index_cannot_be_refreshed(home, monkeypatch):
+    """A run folder changed since it was indexed, and the refresh cannot be written (a full
+    disk): `runs` lists what the folders say, not the stale rows, and says why."""
+    import sqlite3
+
+    from backflip.config import resolve
+    from backflip.runs import index
+    from backflip.runs.archive import read_record, write_record
+    from backflip.runs.records import create_run
+
+    config = resolve("ppo", "CartPole-v1", [0], None).to_dict()
+    run_dir, _ = create_run(home, config, ["train"], tags=["t"])
+    record = read_record(run_dir)
+    write_record(run_dir, {**record, "message": "renamed while the index was not looking"})
+    notices = []
+    monkeypatch.setattr(index, "notice", notices.append)
+
+    def full(con, work):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(index, "_transaction", full)
+    assert not index.ensure(home)
+    (row,) = index.query(home, tag="t")
+    assert row["message"] == "renamed while the index was not looking"
+    assert any("could not be refreshed (database or disk is full)" in n for n in notices)
+
+
 def _mount_tmpfs(path: Path, size: str) -> bool:
     if shutil.which("mount") is None or os.geteuid() != 0:
         return False
@@ -175,6 +202,26 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
         check=False,
     )
     return proc.returncode == 0
+
+
+def test_a_checkpoint_that_does_not_fit_raises_enospc_and_leaves_nothing(tmp_path):
+    """torch's zip writer reports a full disk as "unexpected pos 64 vs 0" (a RuntimeError);
+    `save_torch` surfaces the OSError itself, whatever the free space is by the time anyone
+    looks (two seeds on one disk: the other's failure frees its bytes)."""
+    import torch
+
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "1m"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        save_torch({"w": torch.zeros(1000)}, mnt / "small.pt")  # fits
+        with pytest.raises(OSError) as raised:
+            save_torch({"w": torch.zeros(1_000_000)}, mnt / "big.pt")  # 4 MB into 1 MB
+        assert raised.value.errno == errno.ENOSPC
+        assert sorted(p.name for p in mnt.iterdir()) == ["small.pt"]
+        assert torch.load(mnt / "small.pt")["w"].shape == (1000,)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
 
 
 @pytest.mark.slow

@@ -274,18 +274,20 @@ def rebuild(home: Path, why: str | None = None) -> tuple[int, list[tuple[str, st
     return n, damaged
 
 
-def ensure(home: Path) -> None:
-    """Make the index agree with the run directories (module docstring); quiet when it does."""
+def ensure(home: Path) -> bool:
+    """Make the index agree with the run directories (module docstring); quiet when it does.
+    False when it could not be opened or refreshed (a full disk, a read-only archive): then it
+    may be stale, and readers use the run folders."""
     if not home.is_dir():
-        return
+        return True
     if not (home / INDEX).exists():
         if run_dirs(home):
             rebuild(home, "index.sqlite was missing")
-        return
+        return True
     try:
         con = connect(home)
     except sqlite3.OperationalError:  # cannot be opened (a full disk): readers use the folders
-        return
+        return False
     try:
         try:
             indexed = dict(con.execute("SELECT id, signature FROM files").fetchall())
@@ -296,7 +298,7 @@ def ensure(home: Path) -> None:
                 raise
             con.close()
             rebuild(home, f"index.sqlite was unreadable ({e})")
-            return
+            return True
         dirs = _candidates(home)
         known = {**indexed, **broken}
         gone = sorted((listed | known.keys()) - dirs.keys())
@@ -305,21 +307,28 @@ def ensure(home: Path) -> None:
             name for name, d in dirs.items() if name not in new and signature(d) != known.get(name)
         ]
         damaged = []
-        for name in [*new, *changed]:
-            sig = signature(dirs[name])  # before reading: a change while reading shows next time
-            record, problem = _read(dirs[name])
-            if record is not None:
-                _transaction(con, lambda record=record, sig=sig: _write(con, home, record, sig))
-                continue
-            damaged.append((name, problem))
+        try:
+            for name in [*new, *changed]:
+                # the signature before reading: a change while reading shows next time
+                sig = signature(dirs[name])
+                record, problem = _read(dirs[name])
+                if record is not None:
+                    _transaction(con, lambda record=record, sig=sig: _write(con, home, record, sig))
+                    continue
+                damaged.append((name, problem))
 
-            def mark(name=name, problem=problem, sig=sig):
-                _forget(con, name)
-                con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?, ?)", (name, problem, sig))
+                def mark(name=name, problem=problem, sig=sig):
+                    _forget(con, name)
+                    con.execute(
+                        "INSERT OR REPLACE INTO damaged VALUES (?, ?, ?)", (name, problem, sig)
+                    )
 
-            _transaction(con, mark)
-        if gone:
-            _transaction(con, lambda: [_forget(con, name) for name in gone])
+                _transaction(con, mark)
+            if gone:
+                _transaction(con, lambda: [_forget(con, name) for name in gone])
+        except sqlite3.OperationalError as e:  # full disk, read-only: readers use the folders
+            notice(f"{home / INDEX} could not be refreshed ({e}): reading the run folders")
+            return False
     finally:
         con.close()
     missing = [name for name in new if name not in dict(damaged)]
@@ -331,6 +340,7 @@ def ensure(home: Path) -> None:
         )
     for _, problem in damaged:
         notice(problem)
+    return True
 
 
 def damaged(home: Path) -> list[tuple[str, str]]:
@@ -353,7 +363,7 @@ def query(
     tag: str | None = None,
     limit: int | None = None,
 ) -> list[dict]:
-    ensure(home)
+    current = ensure(home)
     if not (home / INDEX).exists():
         return []
     where, args = [], []
@@ -372,13 +382,15 @@ def query(
     sql += " ORDER BY created DESC, id DESC"
     if limit:
         sql += f" LIMIT {int(limit)}"
-    try:
-        con = connect(home)
-        try:
-            rows = [dict(r) for r in con.execute(sql, args)]
-        finally:
-            con.close()
-    except sqlite3.OperationalError:  # e.g. a full disk: WAL can't open; read the run folders
+    rows = None
+    if current:  # not: a full disk left it stale (or WAL can't open); read the run folders
+        with contextlib.suppress(sqlite3.OperationalError):
+            con = connect(home)
+            try:
+                rows = [dict(r) for r in con.execute(sql, args)]
+            finally:
+                con.close()
+    if rows is None:
         rows = _scan(home, env, algo, grep, tag, limit)
     for r in rows:  # a dead launcher leaves `running` behind: the run follows its seeds
         if r["status"] == "running":
