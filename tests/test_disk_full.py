@@ -147,7 +147,7 @@ def test_a_seed_that_runs_out_of_space_fails_with_the_message_recorded(tmp_path,
     assert not list(run_dir.rglob("*.tmp"))
 
 
-def test_runs_reads_the_run_folders_when_the_index_cannot_be_opened(home, monkeypatch):
+def test_runs_reads_the_run_folders_when_the_index_cannot_be_opened(home, monkeypatch, capsys):
     import sqlite3
 
     from backflip.config import resolve
@@ -163,6 +163,12 @@ def test_runs_reads_the_run_folders_when_the_index_cannot_be_opened(home, monkey
 
     monkeypatch.setattr(index, "connect", broken)
     assert [r["id"] for r in index.query(home, tag="t")] == [run_dir.name]
+    assert index.damaged(home) == []
+    # the whole command, in this process (the index's connect is what a full disk breaks)
+    from backflip.cli import main
+
+    assert main(["runs", "--home", str(home)]) == 0
+    assert run_dir.name in capsys.readouterr().out
 
 
 def test_runs_reads_the_run_folders_when_the_stale_index_cannot_be_refreshed(home, monkeypatch):
@@ -254,5 +260,33 @@ def test_train_on_a_full_tmpfs(cli, tmp_path):
         assert run.name in listed.stdout and "failed" in listed.stdout
         shown = cli("show", run.name, "--home", home)
         assert NO_SPACE in shown.stdout
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("left", [20_000, 90_000])
+def test_a_run_that_cannot_even_be_created_on_a_full_disk_says_so(cli, tmp_path, left):
+    """20 or 90 KB left: the run's folder, run.json or the index cannot be written (at 90 KB,
+    SQLite's "database or disk is full" while building the index). One line on stderr naming
+    the full disk, exit 1, no half-made run."""
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "2m"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        home = mnt / "archive"
+        home.mkdir()
+        free = shutil.disk_usage(mnt).free
+        (mnt / "ballast").write_bytes(b"\0" * max(0, free - left))
+        proc = cli(
+            "train", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--steps", "2000",
+            "--home", home, "--no-ask", "--no-progress", check=False,
+        )  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, out
+        assert "Traceback" not in out and NO_SPACE in out, out
+        for run in (p for p in home.iterdir() if p.is_dir()):
+            assert json.loads((run / "run.json").read_text())["status"] == "failed"
+        assert not [p for p in mnt.rglob("*") if p.name.endswith(".tmp")]
     finally:
         subprocess.run(["umount", str(mnt)], check=False)

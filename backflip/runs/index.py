@@ -17,6 +17,7 @@ and says once, on stderr, that it did. Run directories that cannot be read are k
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import sqlite3
@@ -27,6 +28,7 @@ from backflip import jsonout
 from backflip.errors import UserError
 from backflip.runs.archive import (
     broken_run_dirs,
+    is_enospc,
     is_run_dir,
     launcher_dead,
     load_run,
@@ -207,8 +209,17 @@ def upsert(home: Path, record: dict) -> None:
     con = connect(home, creating=record["id"])
     try:
         _transaction(con, lambda: _write(con, home, record))
+    except sqlite3.OperationalError as e:
+        if _disk_full(e):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(home / INDEX)) from None
+        raise
     finally:
         con.close()
+
+
+def _disk_full(e: Exception) -> bool:
+    """ENOSPC, or SQLite's word for it ("database or disk is full")."""
+    return is_enospc(e) or (isinstance(e, sqlite3.OperationalError) and "disk is full" in str(e))
 
 
 def _read(run_dir: Path) -> tuple[dict | None, str | None]:
@@ -262,6 +273,8 @@ def rebuild(home: Path, why: str | None = None) -> tuple[int, list[tuple[str, st
                 os.unlink(f"{path}{suffix}")
         os.replace(tmp, path)
     except (OSError, sqlite3.Error) as e:
+        if _disk_full(e):  # the CLI's one line for a full disk
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
         raise UserError(f"cannot rebuild {path}: {e}") from None
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -347,11 +360,14 @@ def damaged(home: Path) -> list[tuple[str, str]]:
     """[(run directory, why it cannot be read)] of the archive, as `ensure` last found them."""
     if not (home / INDEX).exists():
         return []
-    con = connect(home)
     try:
-        return [(r[0], r[1]) for r in con.execute("SELECT id, why FROM damaged ORDER BY id")]
-    finally:
-        con.close()
+        con = connect(home)
+        try:
+            return [(r[0], r[1]) for r in con.execute("SELECT id, why FROM damaged ORDER BY id")]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:  # a full disk: WAL can't open; read the run folders
+        return [(d.name, problem) for d in _candidates(home).values() if (problem := _read(d)[1])]
 
 
 def query(
