@@ -31,6 +31,30 @@ def workers(text: str) -> int:
     return k
 
 
+def port(text: str) -> int:
+    """`--port P`: 0 (any free port) to 65535, refused in one line otherwise."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {n}")
+    return n
+
+
+def add_server(parser) -> None:
+    """`--host`, `--port` and `--token` of the commands that serve the web UI (`ui`, `label`)."""
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=port, default=8765, help="port (default 8765; 0: any free port)"
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("BACKFLIP_UI_TOKEN"),
+        help="require this token (default: $BACKFLIP_UI_TOKEN; generated for non-loopback hosts)",
+    )
+
+
 def add_sets(parser, help: str, metavar: str = "KEY=VALUE") -> None:
     """`--set KEY=VALUE`, repeatable, into `args.sets` (checked later by `config.resolve`)."""
     parser.add_argument(

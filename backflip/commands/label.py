@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
-
-from backflip.commands import add_home
+from backflip.commands import add_home, add_server
 from backflip.errors import UserError
 from backflip.runs.layout import seed_dir
 
@@ -22,13 +20,7 @@ def register(sub) -> None:
     )
     p.add_argument("run", metavar="RUN_ID", help="run id, unique prefix, `last`, or a path")
     p.add_argument("--seed", type=int, help="which seed's queries (default: the run's first)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks one)")
-    p.add_argument(
-        "--token",
-        default=os.environ.get("BACKFLIP_UI_TOKEN"),
-        help="require this token (default: $BACKFLIP_UI_TOKEN; generated for non-loopback hosts)",
-    )
+    add_server(p)
     add_home(p)
     p.set_defaults(func=run)
 
@@ -52,8 +44,6 @@ def run(args) -> int:
     if run_dir.parent.resolve() != home.resolve():
         raise UserError(f"run {record['id']} is not in the archive {home} (use --home)")
     path = f"/label/{record['id']}/{seed}/"
-    if not 0 <= args.port <= 65535:
-        raise UserError(f"--port must be between 0 and 65535, got {args.port}")
     try:
         serve(home, host=args.host, port=args.port, token=args.token or None, path=path)
     except UserError:
