@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,9 +12,41 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, cli_env
 
 ARTIFACTS = ROOT / "artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+)
+
+
+@contextlib.contextmanager
+def chromium():
+    """Debian's headless Chromium driven by Playwright (the test is skipped, with the reason,
+    when Playwright is missing)."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="browser tests need Playwright: pip install -e '.[test]'"
+    )
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
 
 
 def backflip(

@@ -15,43 +15,33 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, cli_env
-from tests.ui.support import ARTIFACTS, anchor, backflip, kill_tree, run_id_of, screenshot_ok
+from tests.ui.support import (
+    ARTIFACTS,
+    anchor,
+    backflip,
+    chromium,
+    kill_tree,
+    needs_chromium,
+    run_id_of,
+    screenshot_ok,
+)
 
-CHROMIUM = Path("/usr/bin/chromium")
 # a run long enough to watch (stopped with SIGINT once the test has seen what it needs)
 LIVE_ARGS = ["--seeds", "1", "--steps", "2000000", "--set", "epochs=1", "--no-progress"]
 LIVE_ARGS += ["-m", "live: watch me"]
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 pytestmark = [
     # ~40 s on 2 idle cores: two short training runs (shared with the other UI tests), one
     # Chromium, and a live run watched until its step count has moved twice
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
-    ),
+    needs_chromium,
 ]
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright: pip install -e '.[test]'"
-)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture

@@ -22,29 +22,12 @@ from backflip.prefs.db import PreferenceDB
 from backflip.prefs.presets import PRESETS
 from backflip.telemetry import read_metrics
 from tests.conftest import ROOT, cli_env
-from tests.ui.support import ARTIFACTS, Server, screenshot_ok
+from tests.ui.support import ARTIFACTS, Server, chromium, needs_chromium, screenshot_ok
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
-    ),
+    needs_chromium,
 ]
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="browser tests need Playwright: pip install -e '.[test]'"
-)
 
 # The person's run: MovingDot from positions, the preset's policy and pipeline with 300 labels,
 # 2e5 agent steps (the preset's) and the policy rewarded for progress on the learned state reward,
@@ -175,10 +158,8 @@ def random_policy_return(env_id: str, episodes: int = 10) -> float:
 
 @pytest.fixture
 def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def open_labeling(browser, url: str, name: str):
