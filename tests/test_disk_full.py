@@ -230,6 +230,31 @@ def test_a_checkpoint_that_does_not_fit_raises_enospc_and_leaves_nothing(tmp_pat
         subprocess.run(["umount", str(mnt)], check=False)
 
 
+def test_runs_lists_the_folders_when_a_missing_index_cannot_be_rebuilt(tmp_path, capsys):
+    """index.sqlite deleted, then the disk filled: `runs` cannot rebuild it and reads the run
+    folders instead (a read-only command works on a full disk)."""
+    from backflip.cli import main
+    from backflip.config import resolve
+    from backflip.runs.records import create_run
+
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "2m"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        home = mnt / "archive"
+        config = resolve("ppo", "CartPole-v1", [0], None).to_dict()
+        run_dir, _ = create_run(home, config, ["train"], message="kept on a full disk")
+        for f in home.glob("index.sqlite*"):
+            f.unlink()
+        (mnt / "ballast").write_bytes(b"\0" * shutil.disk_usage(mnt).free)
+        assert main(["runs", "--home", str(home)]) == 0
+        out, err = capsys.readouterr()
+        assert run_dir.name in out and "kept on a full disk" in out, out + err
+        assert "could not be rebuilt" in err and "reading the run folders" in err, err
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
 @pytest.mark.slow
 def test_train_on_a_full_tmpfs(cli, tmp_path):
     mnt = tmp_path / "small"

@@ -295,7 +295,13 @@ def ensure(home: Path) -> bool:
         return True
     if not (home / INDEX).exists():
         if run_dirs(home):
-            rebuild(home, "index.sqlite was missing")
+            try:
+                rebuild(home, "index.sqlite was missing")
+            except (UserError, OSError) as e:  # a full disk, a read-only archive
+                notice(
+                    f"index.sqlite is missing and could not be rebuilt ({e}): reading the run folders"
+                )
+                return False
         return True
     try:
         con = connect(home)
@@ -380,7 +386,7 @@ def query(
     limit: int | None = None,
 ) -> list[dict]:
     current = ensure(home)
-    if not (home / INDEX).exists():
+    if current and not (home / INDEX).exists():
         return []
     where, args = [], []
     for col, val in (("env", env), ("algo", algo)):
