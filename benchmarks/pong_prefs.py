@@ -153,10 +153,10 @@ def main() -> None:
         f"({seed.get('final_eval_returns')}); labels {seed.get('labels', '-')}; run {record['id']}"
     )
     print("\nover time:")
-    rows = history[:: max(1, len(history) // 20)]
-    rows += [] if rows[-1] is history[-1] else history[-1:]
-    for row in rows:
-        print(fmt(row))
+    rows = history[:: max(1, len(history) // 20)] + history[-1:]
+    for i, row in enumerate(rows):
+        if i == 0 or row != rows[i - 1]:  # the last poll and the end can be the same line
+            print(fmt(row))
     args.out.write_text(
         json.dumps({"run": record["id"], "seed": seed, "history": history}, indent=2)
     )
