@@ -372,8 +372,7 @@ def small_run(cli, *extra, steps=4096, labels=40):
         "MovingDotLowDim-v0",
         "--steps",
         steps,
-        "--labels",
-        labels,
+        *([] if labels is None else ["--labels", labels]),
         "--set",
         "num_steps=64",
         "--set",
@@ -510,7 +509,8 @@ def test_async_mode_and_split_stages(cli):
     m = read_metrics(f"{pre['dir']}/seeds/0/metrics.csv")
     assert m["prefs/labels"][1][-1] == 30  # imported
     assert m["reward_model/updates"][1][-1] == 20
-    frozen = small_run(cli, "--reward-model", pre["id"], labels=0)
+    # no --labels: the preset's label budget is not asked of a frozen model
+    frozen = small_run(cli, "--reward-model", pre["id"], labels=None)
     assert frozen["status"] == "finished"
     m = read_metrics(f"{frozen['dir']}/seeds/0/metrics.csv")
     assert "prefs/true_return_mean" in m and m["prefs/labels"][1][-1] == 0

@@ -144,7 +144,8 @@ def build(args, home):
         values["import_from"] = str(source.resolve())
     if frozen is not None:
         values["reward_model"] = str(frozen.resolve())
-        values.setdefault("labels", 0)
+        if getattr(args, "labels", None) is None and "labels" not in {**file_prefs, **set_prefs}:
+            values["labels"] = 0  # a preset's label budget is not asked for on a frozen model
     pcfg = _build(PrefsConfig, values, "prefs.")
     if pcfg.action_input == "heads":  # refused here, not in every seed's process
         from backflip.envs import make_env
