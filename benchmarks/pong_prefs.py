@@ -123,7 +123,11 @@ def main() -> None:
     run_dir = None
     history = []
     while proc.poll() is None:
-        time.sleep(min(args.every, 5.0) if run_dir is None else args.every)
+        try:  # a line every --every seconds, and none left to wait for once the run ends
+            proc.wait(timeout=min(args.every, 5.0) if run_dir is None else args.every)
+            break
+        except subprocess.TimeoutExpired:
+            pass
         if run_dir is None:
             runs = sorted(args.home.glob("*/run.json"), key=lambda p: p.stat().st_mtime)
             fresh = [p.parent for p in runs if p.stat().st_mtime >= t0 - 1]
