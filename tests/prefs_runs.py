@@ -60,6 +60,7 @@ def write_preference_run(
                     "prefs/label_debt": 0.0,
                     "prefs/labels_per_s": 3.0 if frac < 0.8 else 0.0,
                     "reward_model/val_acc": 0.6 + 0.3 * frac,
+                    "reward_model/segment_corr": 0.85,
                     "reward_model/return_corr": 0.9,
                     "reward_model/val_train_loss_ratio": 1.3,
                     "train/entropy_norm": 0.9 - 0.4 * frac,

@@ -236,6 +236,18 @@ def test_preference_rules():
     learned = data(reward_model__return_corr=corr, prefs__true_return_mean=flat_returns())
     learned.learned_reward = True
     assert fired(learned)["reward-model-corr"].severity == "warning"
+    # segments, the unit the model ranks, decide where the run logs them: episodes that all
+    # score alike (Pong lost 21-0 every game) have no return to rank, and that is only said
+    good = np.full(N, 0.8)
+    alike = fired(data(reward_model__return_corr=corr, reward_model__segment_corr=good))
+    assert alike["reward-model-corr"].severity == "info"
+    assert alike["reward-model-corr"].metric == "reward_model/return_corr"
+    assert "reward-model-corr" not in fired(data(reward_model__segment_corr=good))
+    lost = data(reward_model__return_corr=np.full(N, 0.9), reward_model__segment_corr=corr)
+    lost.learned_reward = True
+    lost.metrics["prefs/true_return_mean"] = (STEPS.copy(), flat_returns())
+    assert fired(lost)["reward-model-corr"].severity == "warning"
+    assert fired(lost)["reward-model-corr"].metric == "reward_model/segment_corr"
     # an off-policy learner's replay rewards: relabeled with each model (lag 0-1), or stale
     fresh = np.r_[np.zeros(N // 2), np.tile([0.0, 1.0], N)][:N]
     assert "stale-replay-rewards" not in fired(data(prefs__replay_reward_lag=fresh))

@@ -276,10 +276,12 @@ def test_segments_never_cross_episode_boundaries_or_include_reset_steps():
             d[0] = True  # env 0 ends an episode after 5 steps: its partial segment is dropped
         if t == 5:
             v[0] = False  # the autoreset step is not a transition
-        out += rec.add(obs + t, act, np.array([t, t], float), v, d, t)
+        out += rec.add(obs + t, act, np.array([t, t], float), v, d, t, np.array([-t, 2 * t]))
     env0 = [s for s in out if s.obs[0, 0] in (0, 6)]
     assert [list(s.rewards) for s in out] == [[0, 1, 2], [0, 1, 2], [3, 4, 5]]
     assert len(env0) == 2 and all(len(s.rewards) == 3 for s in out)
+    # the learned reward paid over each segment, per env copy (segment_corr)
+    assert [s.predicted for s in out] == [-3, 6, 24]
 
 
 def test_label_schedule_front_loads_then_decays_to_the_total():
@@ -412,6 +414,7 @@ def test_every_prefs_metric_is_documented(cli):
         "prefs/seconds_since_label",
         "reward_model/val_train_loss_ratio",
         "reward_model/return_corr",
+        "reward_model/segment_corr",
         "prefs/true_return_mean",
         "prefs/db_mb",
     ):

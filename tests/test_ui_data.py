@@ -145,10 +145,11 @@ def test_a_preference_run_shows_its_true_return_first_and_labels_the_learned_rew
     )
     c = run_curves(run_dir)
     assert c["preference"]
-    assert c["names"][:6] == [
+    assert c["names"][:7] == [
         "prefs/true_return_mean",
         "eval/return_mean",
         "reward_model/val_acc",
+        "reward_model/segment_corr",
         "reward_model/return_corr",
         "prefs/labels",
         "prefs/label_debt",

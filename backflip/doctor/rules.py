@@ -1692,10 +1692,12 @@ def reward_model_fit(d: RunData):
 @rule(
     "reward-model-corr",
     entry="20",
-    reads=("reward_model/return_corr",),
-    threshold="correlation between predicted and true episode return < 0.5 over the last "
-    "quarter, or fallen by > 0.3 from its best; info only while the true return improved (the "
-    "test of 'did the return improve?' above)",
+    reads=("reward_model/segment_corr", "reward_model/return_corr"),
+    threshold="correlation between predicted and true return < 0.5 over the last quarter, or "
+    "fallen by > 0.3 from its best: of the policy's segments (what the model is trained to "
+    "rank) where the run logs it, else of its episodes; info only while the true return "
+    "improved (the test of 'did the return improve?' above), or when only the episodes' "
+    "correlation is low",
     cause="the reward model does not track the task: too few or noisy labels, segments that "
     "don't cover what the policy now does, a normalization mismatch on its input",
     check_next="label accuracy, the query selection, observation normalization of the reward "
@@ -1704,36 +1706,52 @@ def reward_model_fit(d: RunData):
     live=True,
 )
 def reward_model_corr(d: RunData):
-    if (s := d.get("reward_model/return_corr")) is None:
+    def verdict(metric):  # (late, best, step) when the correlation is low or fell, else None
+        if (s := d.get(metric)) is None:
+            return None
+        steps, v = finite(s)
+        if len(v) < 6:
+            return None
+        late, best = float(np.median(v[-max(len(v) // 4, 2) :])), float(np.max(v))
+        return (late, best, int(steps[-1])) if late < 0.5 or best - late > 0.3 else ()
+
+    segments = verdict("reward_model/segment_corr")
+    if segments == ():  # segments are ranked: a low episode correlation is their sameness
+        if episodes := verdict("reward_model/return_corr"):
+            late, best, step = episodes
+            return Hit(
+                "info",
+                f"predicted-vs-true episode return correlation is {fmt(late)} late (best "
+                f"{fmt(best)}), while the model still ranks the policy's segments: the episodes' "
+                "true returns differ too little for their sums to be ranked",
+                metric="reward_model/return_corr",
+                step=step,
+                evidence={"late": late, "best": best},
+            )
         return None
-    steps, v = finite(s)
-    if len(v) < 6:
-        return None
-    late = float(np.median(v[-max(len(v) // 4, 2) :]))
-    best = float(np.max(v))
-    if late >= 0.5 and best - late <= 0.3:
-        return None
-    seen = f"predicted-vs-true return correlation is {fmt(late)} late (best {fmt(best)})"
+    metric, unit = "reward_model/segment_corr", "segment"
+    if segments is None:
+        metric, unit = "reward_model/return_corr", "episode"
+        if not (low := verdict(metric)):
+            return None
+    else:
+        low = segments
+    late, best, step = low
+    seen = f"predicted-vs-true {unit} return correlation is {fmt(late)} late (best {fmt(best)})"
     true = progress(d) if d.learned_reward else None
     if true is not None and true.improved:
-        # The correlation is over the last 20 episodes, each summed under the model of its
-        # day: when the policy has learned, their true returns differ by little more than where
-        # they started, and r̂'s sums need not rank them although r̂ ranks the actions (a
-        # MovingDot84 run at 1.13 of PPO ended at 0.20). Said, not warned, while the task improves.
+        # Over the last 20 episodes (or segments), each summed under the model of its day: when
+        # the policy has learned, their true returns differ by little more than where they
+        # started, and r̂'s sums need not rank them although r̂ ranks the actions (a MovingDot84
+        # run at 1.13 of PPO ended at 0.20). Said, not warned, while the task improves.
         return Hit(
             "info",
             f"{seen}, while the {true.describe()} improved",
-            metric="reward_model/return_corr",
-            step=int(steps[-1]),
+            metric=metric,
+            step=step,
             evidence={"late": late, "best": best, **true.evidence()},
         )
-    return Hit(
-        "warning",
-        seen,
-        metric="reward_model/return_corr",
-        step=int(steps[-1]),
-        evidence={"late": late, "best": best},
-    )
+    return Hit("warning", seen, metric=metric, step=step, evidence={"late": late, "best": best})
 
 
 @rule(

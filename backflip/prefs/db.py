@@ -96,13 +96,16 @@ def combine(choices: list[str]) -> tuple[str, float | None]:
 
 @dataclass
 class Segment:
-    """`length` consecutive steps of one env copy: obs[t], actions[t], true rewards[t]."""
+    """`length` consecutive steps of one env copy: obs[t], actions[t], true rewards[t], and
+    `predicted`, the learned reward the policy was paid over them (None where no model paid it:
+    random-policy clips, segments read back from the database)."""
 
     obs: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
     step: int = 0
     id: int | None = None
+    predicted: float | None = None
 
     @property
     def true_return(self) -> float:

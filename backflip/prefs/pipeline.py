@@ -35,8 +35,8 @@ saved, frozen reward model). Each seed keeps `prefs.sqlite` and `reward_model.pt
 
 Health metrics (docs/metrics.md, "Preferences") are logged through the seed's telemetry: rates in
 and out of each store, queue depth, database size, time since the last label, reward-model
-losses, accuracy and L2, and the correlation of predicted with true episode returns. A queue that
-stops moving (Rahtz's starved segment queue) shows as `prefs/labels_per_s` at 0 with a growing
+losses, accuracy and L2, and the correlation of predicted with true returns, of the policy's
+episodes and of its segments (the unit the model is trained to rank). A queue that stops moving (Rahtz's starved segment queue) shows as `prefs/labels_per_s` at 0 with a growing
 `prefs/label_debt` and `prefs/seconds_since_label`.
 """
 
@@ -67,6 +67,8 @@ from backflip.runs.archive import save_torch
 
 STAGES = ("full", "gather", "pretrain", "policy")
 INITIAL_LABELS = "initial labels"
+# segment_corr: over the policy's last this many segments (Pong: ~25k agent steps)
+SEGMENT_CORR_WINDOW = 1000
 PROGRESS_EVERY_S = 2.0  # a long phase's progress goes to the seed's status at most this often
 # what the reward model judges, and the policy's reward from it (docs/preferences.md)
 REWARD_INPUTS = ("obs+action", "next-obs", "progress")
@@ -353,6 +355,8 @@ class Pipeline:
         self.ep_pred: np.ndarray | None = None
         self.ep_true: np.ndarray | None = None
         self.finished = deque(maxlen=20)
+        # the policy's recent segments: (learned reward paid, true return), for segment_corr
+        self.paid = deque(maxlen=SEGMENT_CORR_WINDOW)
         self.worker: threading.Thread | None = None
         self.stop_event = threading.Event()
         self.worker_error: BaseException | None = None
@@ -632,8 +636,9 @@ class Pipeline:
         """One vector step of the policy's training envs (called by `LearnedReward`)."""
         self.step += len(valid)
         with self.run.tel.timer("prefs_segments"):
-            segs = self.recorder.add(obs, actions, true_reward, valid, done, self.step)
+            segs = self.recorder.add(obs, actions, true_reward, valid, done, self.step, reward)
             if segs:
+                self.paid.extend((seg.predicted, seg.true_return) for seg in segs)
                 with self.lock:
                     self.store.add(segs)
                     if not self.frozen:
@@ -723,6 +728,10 @@ class Pipeline:
             out["prefs/pred_return_mean"] = float(pred.mean())
             if len(pred) >= 3 and pred.std() > 0 and true.std() > 0:
                 out["reward_model/return_corr"] = float(np.corrcoef(pred, true)[0, 1])
+        if len(self.paid) >= 20:
+            pred, true = np.array(self.paid).T
+            if pred.std() > 0 and true.std() > 0:
+                out["reward_model/segment_corr"] = float(np.corrcoef(pred, true)[0, 1])
         return out
 
     def replay_metrics(self) -> dict[str, float]:

@@ -33,19 +33,24 @@ class SegmentRecorder:
         self.length = length
         self.buf: list[list[tuple]] = [[] for _ in range(num_envs)]
 
-    def add(self, obs, actions, rewards, valid, done, step: int) -> list[Segment]:
+    def add(self, obs, actions, rewards, valid, done, step: int, predicted=None) -> list[Segment]:
         """Record one vector step: the observation each action was taken in, the action, the true
-        reward. `valid` is False on autoreset steps (not transitions); `done` ends an episode,
-        which drops any partial segment. Returns the segments completed by this step."""
+        reward and, if given, the learned reward the policy was paid. `valid` is False on
+        autoreset steps (not transitions); `done` ends an episode, which drops any partial
+        segment. Returns the segments completed by this step."""
         out = []
+        paid = np.full(len(self.buf), np.nan) if predicted is None else predicted
         for i, buf in enumerate(self.buf):
             if not valid[i]:
                 buf.clear()
                 continue
-            buf.append((obs[i], actions[i], rewards[i]))
+            buf.append((obs[i], actions[i], rewards[i], paid[i]))
             if len(buf) == self.length:
-                o, a, r = zip(*buf, strict=True)
-                out.append(Segment(np.stack(o), np.stack(a), np.asarray(r, np.float64), step))
+                o, a, r, p = zip(*buf, strict=True)
+                seg = Segment(np.stack(o), np.stack(a), np.asarray(r, np.float64), step)
+                if predicted is not None:
+                    seg.predicted = float(np.sum(p))
+                out.append(seg)
                 buf.clear()
             elif done[i]:
                 buf.clear()

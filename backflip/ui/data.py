@@ -48,6 +48,7 @@ PREFERENCE_FIRST = (
     TRUE_RETURN,
     EVAL_RETURN,
     "reward_model/val_acc",
+    "reward_model/segment_corr",
     "reward_model/return_corr",
     "prefs/labels",
     "prefs/label_debt",
