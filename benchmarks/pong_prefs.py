@@ -5,13 +5,15 @@ paper's with `--set device=cuda`) for `--minutes`, stopped by `max_wall_s` (the 
 evaluates and finishes as at the end of its budget), and prints, every `--every` seconds while it
 runs, a line from the seed's status and metrics:
 
-    elapsed  phase or agent steps  true return (last 20 training games)  greedy eval  val acc  corr
+    elapsed  phase or agent steps  true return (last 20 training games)  greedy eval  val acc
+    corr  seg corr  labels
 
 The true return is the game's score (-21 to 21): the synthetic labeler's reward is Pong's, the
 policy never sees it. `val acc` is the reward model's accuracy on held-out labels; `corr` the
-correlation of predicted with true returns over the last 20 games. At the end the same columns
-are printed as a table over time and written to `--out` as JSON. The run is archived under
-`--home` like any other (`backflip show`, `backflip ui`).
+correlation of predicted with true returns over the last 20 games (nothing to rank once every
+game ends 21-0), `seg corr` over the policy's last 1,000 segments, what the model ranks. At the
+end the same columns are printed as a table over time and written to `--out` as JSON. The run is
+archived under `--home` like any other (`backflip show`, `backflip ui`).
 
     python benchmarks/pong_prefs.py --minutes 90
     python benchmarks/pong_prefs.py --minutes 90 --set device=cuda      # the paper's preset
@@ -35,17 +37,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = {
-    "prefs/true_return_mean": "true return",
-    "rollout/ep_return_mean": "true return",  # --plain: the policy's own reward is the game's
     "eval/return_mean": "greedy eval",
     "reward_model/val_acc": "val acc",
     "reward_model/return_corr": "corr",
+    "reward_model/segment_corr": "seg corr",
     "prefs/labels": "labels",
 }
 
 
-def latest(metrics: Path) -> tuple[int, dict[str, tuple[int, float]]]:
-    """The last step with a row, and the latest value of each column with its step."""
+def latest(metrics: Path, columns: dict) -> tuple[int, dict[str, tuple[int, float]]]:
+    """The last step with a row, and the latest value of each of `columns` with its step."""
     last, values = 0, {}
     if not metrics.exists():
         return last, values
@@ -57,14 +58,14 @@ def latest(metrics: Path) -> tuple[int, dict[str, tuple[int, float]]]:
                 continue  # a row being written
             step, _wall, name, value = parts
             last = max(last, int(step))
-            if name in COLUMNS:
-                values[name] = (int(step), float(value))
+            if name in columns:
+                values[columns[name]] = (int(step), float(value))
     return last, values
 
 
 def line(elapsed: float, status: dict, step: int, values: dict) -> dict:
     row = {"elapsed_min": round(elapsed / 60, 1), "steps": step}
-    row.update({COLUMNS[k]: v for k, (_, v) in values.items()})
+    row.update({k: v for k, (_, v) in values.items()})
     if status.get("phase"):
         row["phase"] = f"{status['phase']} {status.get('done', 0)}/{status.get('total', 0)}"
     return row
@@ -79,7 +80,8 @@ def fmt(row: dict) -> str:
     return (
         f"{row['elapsed_min']:6.1f} min  {where:42s} true {num('true return'):>6}  "
         f"eval {num('greedy eval'):>6}  val acc {num('val acc', 3):>6}  "
-        f"corr {num('corr', 2):>5}  labels {num('labels', 0):>5}"
+        f"corr {num('corr', 2):>5}  seg corr {num('seg corr', 2):>5}  "
+        f"labels {num('labels', 0):>5}"
     )
 
 
@@ -98,6 +100,11 @@ def main() -> None:
     sets = [x for kv in args.sets for x in ("--set", kv)]
     sys.path.insert(0, str(ROOT))
     from backflip.prefs.presets import preset_for
+    from backflip.returns import training_return
+
+    # the game's score: the policy's own return with --plain, the pipeline's true return (the
+    # policy's is the learned reward's) from preferences
+    columns = {training_return(None if args.plain else {"prefs": {}}): "true return", **COLUMNS}
 
     budget = preset_for("PongNoFrameskip-v4")["steps"]
     what = "PPO on the true reward" if args.plain else "Pong from synthetic preferences"
@@ -140,7 +147,7 @@ def main() -> None:
             status = json.loads((seed_dir / "status.json").read_text())
         except (OSError, ValueError):
             status = {}
-        step, values = latest(seed_dir / "metrics.csv")
+        step, values = latest(seed_dir / "metrics.csv", columns)
         history.append(line(time.time() - t0, status, step, values))
         print(fmt(history[-1]), flush=True)
     out, err = proc.communicate()
@@ -149,7 +156,7 @@ def main() -> None:
         raise SystemExit(proc.returncode)
     record = json.loads(out)
     seed = record["seeds"][0]
-    step, values = latest(Path(record["dir"]) / "seeds" / str(args.seed) / "metrics.csv")
+    step, values = latest(Path(record["dir"]) / "seeds" / str(args.seed) / "metrics.csv", columns)
     history.append(line(time.time() - t0, {}, step, values))
     print(
         f"\nfinished: {seed.get('steps', 0):,} agent steps in {seed.get('wall_s', 0) / 60:.1f} min"
