@@ -31,6 +31,28 @@ def workers(text: str) -> int:
     return k
 
 
+def positive(text: str) -> int:
+    """A count (`--steps N`): a whole number >= 1, refused in one line otherwise."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def probability(text: str) -> float:
+    """A probability (`--epsilon E`): a number in [0, 1], refused in one line otherwise."""
+    try:
+        p = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= p <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return p
+
+
 def port(text: str) -> int:
     """`--port P`: 0 (any free port) to 65535, refused in one line otherwise."""
     try:

@@ -1,11 +1,11 @@
-"""backflip prefs train|gather|pretrain|fit-teacher: learning from preferences
+"""backflip prefs train|gather|pretrain|fit-teacher|check-reward: learning from preferences
 (docs/preferences.md)."""
 
 from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_home, add_sets, add_workers, fit_teacher
+from backflip.commands import add_home, add_sets, add_workers, check_reward, fit_teacher
 from backflip.commands.train import (
     DEFAULT_SEEDS,
     _steps,
@@ -42,7 +42,8 @@ def register(sub) -> None:
     r.add_argument("--env", metavar="ENV_ID", help="default: the env of the --prefs run")
     _common(r)
     p.set_defaults(func=run)
-    fit_teacher.register(stages)  # after the parent's default: its own `func` wins
+    fit_teacher.register(stages)  # after the parent's default: their own `func` wins
+    check_reward.register(stages)
 
 
 def _common(p) -> None:
@@ -181,7 +182,7 @@ def run(args) -> int:
 
     if not args.stage:
         print(
-            "usage: backflip prefs {train,gather,pretrain,fit-teacher} ... (see --help)",
+            "usage: backflip prefs {train,gather,pretrain,fit-teacher,check-reward} ... (see --help)",
             file=sys.stderr,
         )
         return 2

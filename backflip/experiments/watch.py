@@ -15,40 +15,9 @@ import torch
 from backflip.algos import get_algo
 from backflip.config import TrainConfig
 from backflip.errors import UserError
-from backflip.runs.archive import load_run
-from backflip.runs.layout import (
-    CHECKPOINTS,
-    FINAL_CHECKPOINT,
-    VIDEOS,
-    checkpoint_name,
-    eval_seed,
-    seed_dir,
-)
+from backflip.runs.archive import load_checkpoint, load_run
+from backflip.runs.layout import VIDEOS, eval_seed, seed_dir
 from backflip.video import make_render_env, record_video
-
-
-def find_checkpoint(run_dir: Path, seed: int, checkpoint: str | None) -> Path:
-    """`final` (default), a step number, a file name in the seed's checkpoints, or a path."""
-    folder = seed_dir(run_dir, seed) / CHECKPOINTS
-    if checkpoint and Path(checkpoint).is_file():
-        return Path(checkpoint)
-    available = sorted(folder.glob("*.pt")) if folder.is_dir() else []
-    if not available:
-        raise UserError(f"seed {seed} of {run_dir.name} has no checkpoints in {folder}")
-    names = ", ".join(p.name for p in available)
-    if checkpoint in (None, "", "final", "last"):
-        final = folder / FINAL_CHECKPOINT
-        return final if final.exists() else available[-1]
-    if checkpoint.isdigit():
-        step = int(checkpoint)
-        match = folder / checkpoint_name(step)
-        if match.exists():
-            return match
-        raise UserError(f"no checkpoint at step {step} for seed {seed}; have: {names}")
-    match = folder / checkpoint
-    if match.exists() and match.parent == folder:
-        return match
-    raise UserError(f"no checkpoint {checkpoint!r} for seed {seed}; have: {names}")
 
 
 def watch(
@@ -60,11 +29,7 @@ def watch(
     seed = seeds[0] if seed is None else seed
     if seed not in seeds:
         raise UserError(f"run {record['id']} has seeds {seeds}, not {seed}")
-    path = find_checkpoint(run_dir, seed, checkpoint)
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001 — a truncated or foreign file: one line, not a traceback
-        raise UserError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from None
+    path, ckpt = load_checkpoint(run_dir, seed, checkpoint)
     cfg = TrainConfig.from_dict(ckpt.get("config") or record["config"])
     env = make_render_env(cfg.env_id, cfg.env)
     try:

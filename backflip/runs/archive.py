@@ -33,6 +33,8 @@ from backflip import jsonout
 from backflip.errors import UserError
 from backflip.runs.layout import (
     BACKUP,
+    CHECKPOINTS,
+    FINAL_CHECKPOINT,
     GITIGNORE,
     INDEX,
     LOCK,
@@ -40,6 +42,7 @@ from backflip.runs.layout import (
     RUN_JSON,
     SEEDS,
     STATUS,
+    checkpoint_name,
     seed_dir,
 )
 
@@ -124,6 +127,41 @@ def write_json(path: Path, data, reserve: int | None = None) -> None:
         tmp.unlink(missing_ok=True)
         if not is_enospc(e) or not _rewrite_in_place(path, text):
             raise
+
+
+def find_checkpoint(run_dir: Path, seed: int, checkpoint: str | None) -> Path:
+    """`final` (default), a step number, a file name in the seed's checkpoints, or a path."""
+    folder = seed_dir(run_dir, seed) / CHECKPOINTS
+    if checkpoint and Path(checkpoint).is_file():
+        return Path(checkpoint)
+    available = sorted(folder.glob("*.pt")) if folder.is_dir() else []
+    if not available:
+        raise UserError(f"seed {seed} of {run_dir.name} has no checkpoints in {folder}")
+    names = ", ".join(p.name for p in available)
+    if checkpoint in (None, "", "final", "last"):
+        final = folder / FINAL_CHECKPOINT
+        return final if final.exists() else available[-1]
+    if checkpoint.isdigit():
+        step = int(checkpoint)
+        match = folder / checkpoint_name(step)
+        if match.exists():
+            return match
+        raise UserError(f"no checkpoint at step {step} for seed {seed}; have: {names}")
+    match = folder / checkpoint
+    if match.exists() and match.parent == folder:
+        return match
+    raise UserError(f"no checkpoint {checkpoint!r} for seed {seed}; have: {names}")
+
+
+def load_checkpoint(run_dir: Path, seed: int, checkpoint: str | None) -> tuple[Path, dict]:
+    """The checkpoint `find_checkpoint` names, loaded on the CPU: (its path, its contents)."""
+    import torch
+
+    path = find_checkpoint(run_dir, seed, checkpoint)
+    try:
+        return path, torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 — a truncated or foreign file: one line, not a traceback
+        raise UserError(f"cannot read checkpoint {path}: {type(e).__name__}: {e}") from None
 
 
 def save_torch(payload, path: Path) -> None:

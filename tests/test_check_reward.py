@@ -1,0 +1,67 @@
+"""`backflip prefs check-reward`: a saved reward model against the true reward on a policy's play."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from backflip.prefs.check import summarize
+from tests.test_prefs import as_json, small_run
+
+
+def test_the_summary_groups_segments_by_the_sign_of_their_true_return():
+    rng = np.random.default_rng(0)
+    true = rng.choice([-1.0, 0.0, 0.0, 1.0], 400)
+    # a model that knows losses and nothing of gains: the picture of Pong from preferences
+    pred = np.where(true < 0, -1.0, 0.0) + rng.normal(0, 0.3, 400)
+    c = summarize(pred, true)
+    groups = c["groups"]
+    assert sum(g["segments"] for g in groups.values()) == c["segments"] == 400
+    assert groups["loss"]["separation"] < -2.5
+    assert abs(groups["gain"]["separation"]) < 0.5
+    assert 0.3 < c["segment_corr"] < 0.8
+    # a model that ranks both: gains well above, losses well below, a high correlation
+    c = summarize(true + rng.normal(0, 0.3, 400), true)
+    assert c["groups"]["gain"]["separation"] > 2.5 > -2.5 > c["groups"]["loss"]["separation"]
+    assert c["segment_corr"] > 0.9
+    # nothing to compare: no gains, a constant true return
+    c = summarize(np.zeros(5), np.zeros(5))
+    assert c["segment_corr"] is None and c["groups"]["gain"]["separation"] is None
+
+
+def test_check_reward_on_the_runs_own_policy_and_on_another(cli):
+    record = small_run(cli)
+    run = record["id"]
+    out = cli("prefs", "check-reward", run, "--steps", "1000", "--epsilon", "0.1", "--json")
+    c = json.loads(out.stdout, parse_constant=lambda name: 1 / 0)  # strict: no NaN
+    # episodes of 100 steps (env.max_episode_steps) in whole segments of 25
+    assert c["run"] == c["policy"] == run and c["segments"] == 40 and len(c["episodes"]) == 10
+    assert sum(g["segments"] for g in c["groups"].values()) == 40
+    assert -1 <= c["segment_corr"] <= 1
+    text = cli("prefs", "check-reward", run, "--steps", "500").stdout
+    assert f"reward model of {run}" in text and "correlation" in text
+    # another run's policy on the same env (PPO on the true reward), and one on another env
+    plain = as_json(
+        cli(
+            "train", "ppo", "--env", "MovingDotLowDim-v0", "--steps", "1024", "--seeds", "1",
+            "--set", "num_steps=64", "--set", "env.max_episode_steps=100", "--json",
+        ).stdout
+    )  # fmt: skip
+    c = as_json(cli("prefs", "check-reward", run, "--policy", plain["id"], "--json").stdout)
+    assert c["policy"] == plain["id"] and c["segments"] == 400
+    other = as_json(
+        cli("train", "ppo", "--env", "CartPole-v1", "--steps", "512", "--seeds", "1",
+            "--set", "num_steps=64", "--json").stdout
+    )  # fmt: skip
+    for args, says in (
+        (["--policy", other["id"]], "plays CartPole-v1"),
+        (["--steps", "0"], "--steps: must be at least 1"),
+        (["--epsilon", "2"], "--epsilon: must be between 0 and 1"),
+        (["--checkpoint", "123"], "no checkpoint at step 123"),
+    ):
+        bad = cli("prefs", "check-reward", run, *args, check=False)
+        assert bad.returncode == 2 and says in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr
+    bad = cli("prefs", "check-reward", plain["id"], check=False)
+    assert bad.returncode == 2 and "not a preference run" in bad.stderr
