@@ -56,8 +56,8 @@ def test_check_reward_on_the_runs_own_policy_and_on_another(cli):
     )  # fmt: skip
     for args, says in (
         (["--policy", other["id"]], "plays CartPole-v1"),
-        (["--steps", "0"], "--steps: must be at least 1"),
-        (["--epsilon", "2"], "--epsilon: must be between 0 and 1"),
+        (["--steps", "0"], "--steps: must be a whole number >= 1"),
+        (["--epsilon", "2"], "--epsilon: must be a number from 0 to 1"),
         (["--checkpoint", "123"], "no checkpoint at step 123"),
     ):
         bad = cli("prefs", "check-reward", run, *args, check=False)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -19,49 +20,37 @@ def add_home(parser) -> None:
     )
 
 
+def _bounded(text: str, cast, low: float, high: float, what: str):
+    """`cast(text)` if it lies in [low, high]; otherwise argparse's one-line error, "must be
+    `what`", which argparse prefixes with the option's name."""
+    try:
+        value = cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+    return value
+
+
 def workers(text: str) -> int:
     """`--workers K`: a whole number >= 1. Zero or a negative number would start no seed (or,
     taken as "the default", silently as many as there are CPUs): refused in one line."""
-    try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (seed processes at once), got {k}")
-    return k
+    return _bounded(text, int, 1, math.inf, "a whole number >= 1 (seed processes at once)")
 
 
 def positive(text: str) -> int:
-    """A count (`--steps N`): a whole number >= 1, refused in one line otherwise."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
+    """A count (`--steps N`): a whole number >= 1."""
+    return _bounded(text, int, 1, math.inf, "a whole number >= 1")
 
 
 def probability(text: str) -> float:
-    """A probability (`--epsilon E`): a number in [0, 1], refused in one line otherwise."""
-    try:
-        p = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= p <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return p
+    """A probability (`--epsilon E`): a number in [0, 1]."""
+    return _bounded(text, float, 0.0, 1.0, "a number from 0 to 1")
 
 
 def port(text: str) -> int:
-    """`--port P`: 0 (any free port) to 65535, refused in one line otherwise."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if not 0 <= n <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {n}")
-    return n
+    """`--port P`: 0 (any free port) to 65535."""
+    return _bounded(text, int, 0, 65535, "a whole number from 0 to 65535")
 
 
 def add_server(parser) -> None:
