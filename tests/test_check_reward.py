@@ -6,28 +6,44 @@ import json
 
 import numpy as np
 
-from backflip.prefs.check import summarize
+from backflip.prefs.check import format_check, summarize
 from tests.test_prefs import as_json, small_run
 
 
-def test_the_summary_groups_segments_by_the_sign_of_their_true_return():
+def test_the_summary_groups_segments_by_sign_where_the_reward_is_sparse_else_by_thirds():
     rng = np.random.default_rng(0)
     true = rng.choice([-1.0, 0.0, 0.0, 1.0], 400)
     # a model that knows losses and nothing of gains: the picture of Pong from preferences
     pred = np.where(true < 0, -1.0, 0.0) + rng.normal(0, 0.3, 400)
     c = summarize(pred, true)
     groups = c["groups"]
+    assert c["grouping"] == "sign" and groups["high"]["true_mean"] == 1.0
     assert sum(g["segments"] for g in groups.values()) == c["segments"] == 400
-    assert groups["loss"]["separation"] < -2.5
-    assert abs(groups["gain"]["separation"]) < 0.5
+    assert groups["low"]["separation"] < -2.5
+    assert abs(groups["high"]["separation"]) < 0.5
     assert 0.3 < c["segment_corr"] < 0.8
+    assert "barely rewards what the task rewards most" in format_check(
+        {**c, "run": "r", "seed": 0, "env_id": "E", "policy": "p", "policy_seed": 0,
+         "checkpoint": "final.pt", "epsilon": 0.0, "steps": 1, "episodes": [], "segment_length": 25}
+    )  # fmt: skip
     # a model that ranks both: gains well above, losses well below, a high correlation
     c = summarize(true + rng.normal(0, 0.3, 400), true)
-    assert c["groups"]["gain"]["separation"] > 2.5 > -2.5 > c["groups"]["loss"]["separation"]
+    assert c["groups"]["high"]["separation"] > 2.5 > -2.5 > c["groups"]["low"]["separation"]
     assert c["segment_corr"] > 0.9
-    # nothing to compare: no gains, a constant true return
+    # a dense cost (Pendulum's): thirds of the true return, each a third of the segments
+    cost = -rng.uniform(0, 400, 300)
+    c = summarize(cost + rng.normal(0, 20, 300), cost)
+    assert c["grouping"] == "thirds"
+    assert all(99 <= c["groups"][g]["segments"] <= 101 for g in ("high", "middle", "low"))
+    assert c["groups"]["high"]["true_mean"] > c["groups"]["middle"]["true_mean"]
+    assert c["groups"]["high"]["separation"] > 2 and c["groups"]["low"]["separation"] < -2
+    # equal returns are never split between two groups
+    steps = np.repeat([3.0, -8.0, -8.0, -20.0], 30)
+    c = summarize(rng.normal(0, 1, 120), steps)
+    assert [c["groups"][g]["true_mean"] for g in ("high", "middle", "low")] == [3.0, -8.0, -20.0]
+    # nothing to compare: a constant true return
     c = summarize(np.zeros(5), np.zeros(5))
-    assert c["segment_corr"] is None and c["groups"]["gain"]["separation"] is None
+    assert c["segment_corr"] is None and c["groups"]["high"]["separation"] is None
 
 
 def test_check_reward_on_the_runs_own_policy_and_on_another(cli):

@@ -10,10 +10,12 @@ would be paid, `pipeline.policy_reward`) with the segment's true return:
 
 - `segment_corr`: Pearson correlation of r̂ sums with true returns (the pipeline logs the same
   for its own policy as `reward_model/segment_corr`);
-- by the sign of the true return (segments that gained reward, lost it, neither): how many, and
-  the mean and standard deviation of their r̂ sums; `separation` is how far the mean of the
-  gaining (losing) segments lies above (below) that of the neutral ones, in neutral standard
-  deviations. Near 0 for gains, the model does not reward what the task rewards.
+- the r̂ sums of the segments in three groups by their true return: by its sign where the
+  reward is sparse (gained reward, neither, lost it: Pong's points), else by thirds (Pendulum's
+  cost every step; equal returns stay in one group); how many, their mean true return, the mean and standard deviation of their
+  r̂ sums, and the `separation` of the top and bottom groups from the middle one, in the middle
+  group's standard deviations. Near 0 (or below) for the top group, the model does not reward
+  what the task rewards most.
 
 The policy acts greedily, as in evaluation, with probability `epsilon` of a random action (a
 greedy policy can repeat one rally forever), on the training env's observations and rewards
@@ -34,7 +36,8 @@ from backflip.errors import UserError
 from backflip.prefs.pipeline import PrefsConfig, build_reward_model, policy_reward, seed_files
 from backflip.runs.archive import load_checkpoint, load_run
 
-GROUPS = (("gain", 1), ("none", 0), ("loss", -1))  # segments by the sign of their true return
+# a reward is sparse where at least this share of segments return exactly 0 (grouped by sign)
+SPARSE_SHARE = 0.1
 
 
 def load_model(run_dir: Path, seed: int):
@@ -149,25 +152,43 @@ def _play(agent, env, steps: int, epsilon: float, rng: np.random.Generator) -> l
 
 
 def summarize(pred: np.ndarray, true: np.ndarray, **about) -> dict:
-    """Correlation and the r̂ sums of segments grouped by the sign of their true return."""
+    """Correlation, and the r̂ sums of the segments in three groups by their true return: `high`,
+    `middle`, `low`. A sparse reward (at least `SPARSE_SHARE` of the segments return exactly 0:
+    Pong's points) is grouped by sign: gained, neither, lost. A dense one (Pendulum's cost every
+    step) by thirds of the true return. `separation`: how far a group's mean r̂ sum lies from
+    the middle group's, in the middle group's standard deviations."""
     out = {**about, "segments": len(pred)}
     finite = len(pred) >= 3 and pred.std() > 0 and true.std() > 0
     out["segment_corr"] = float(np.corrcoef(pred, true)[0, 1]) if finite else None
+    if len(true) and np.mean(true == 0) >= SPARSE_SHARE:
+        out["grouping"] = "sign"
+        which = {"high": true > 0, "middle": true == 0, "low": true < 0}
+    else:
+        out["grouping"] = "thirds"  # by the tertiles' values: equal returns stay in one group
+        low, high = np.quantile(true, [1 / 3, 2 / 3]) if len(true) else (0.0, 0.0)
+        which = {"high": true > high, "middle": (true >= low) & (true <= high), "low": true < low}
     groups = {}
-    for name, sign in GROUPS:
-        sel = pred[np.sign(true) == sign]
+    for name, sel in which.items():
+        p, t = pred[sel], true[sel]
         groups[name] = {
-            "segments": len(sel),
-            "mean": float(sel.mean()) if len(sel) else None,
-            "std": float(sel.std()) if len(sel) > 1 else None,
+            "segments": len(p),
+            "true_mean": float(t.mean()) if len(t) else None,
+            "mean": float(p.mean()) if len(p) else None,
+            "std": float(p.std()) if len(p) > 1 else None,
         }
-    none = groups["none"]
-    for name, _ in (GROUPS[0], GROUPS[2]):
+    middle = groups["middle"]
+    for name in ("high", "low"):
         g = groups[name]
-        ok = g["mean"] is not None and none["mean"] is not None and (none["std"] or 0) > 0
-        g["separation"] = (g["mean"] - none["mean"]) / none["std"] if ok else None
+        ok = g["mean"] is not None and middle["mean"] is not None and (middle["std"] or 0) > 0
+        g["separation"] = (g["mean"] - middle["mean"]) / middle["std"] if ok else None
     out["groups"] = groups
     return out
+
+
+LABELS = {
+    "sign": {"high": "gained reward", "middle": "neither", "low": "lost reward"},
+    "thirds": {"high": "top third", "middle": "middle third", "low": "bottom third"},
+}
 
 
 def format_check(c: dict) -> str:
@@ -177,6 +198,7 @@ def format_check(c: dict) -> str:
         return "-" if v is None else f"{v:+.{digits}f}"
 
     eps = c["episodes"]
+    labels = LABELS[c["grouping"]]
     lines = [
         f"reward model of {c['run']} (seed {c['seed']}, {c['env_id']}) on the play of "
         f"{c['policy']} (seed {c['policy_seed']}, {Path(c['checkpoint']).name}, "
@@ -185,17 +207,18 @@ def format_check(c: dict) -> str:
         f"{c['segments']} segments of {c['segment_length']} steps; r̂ sum vs true return: "
         f"correlation {num(c['segment_corr'])}",
     ]
-    for name, label in (("gain", "gained reward"), ("none", "neither"), ("loss", "lost reward")):
+    for name in ("high", "middle", "low"):
         g = c["groups"][name]
-        sep = "" if name == "none" else f"   {num(g.get('separation'), 1)} sd from neither"
+        sep = "" if name == "middle" else f"   {num(g['separation'], 1)} sd from {labels['middle']}"
         std = "-" if g["std"] is None else f"{g['std']:.2f}"
         lines.append(
-            f"  {label:<14} {g['segments']:>6} segments   r̂ sum {num(g['mean'])} ± {std}{sep}"
+            f"  {labels[name]:<14} {g['segments']:>6} segments   true {num(g['true_mean'])}   "
+            f"r̂ sum {num(g['mean'])} ± {std}{sep}"
         )
-    gain = c["groups"]["gain"]
-    if gain["segments"] and gain.get("separation") is not None and gain["separation"] < 0.5:
+    high = c["groups"]["high"]
+    if high["segments"] and high["separation"] is not None and high["separation"] < 0.5:
         lines.append(
-            "the model barely rewards what gains true reward here: did its labels include such "
-            "clips? (the clips it is asked about come from its own policy)"
+            "the model barely rewards what the task rewards most here: did its labels include "
+            "such clips? (the clips it is asked about come from its own policy)"
         )
     return "\n".join(lines)
