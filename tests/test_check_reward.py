@@ -70,8 +70,21 @@ def test_check_reward_on_the_runs_own_policy_and_on_another(cli):
         cli("train", "ppo", "--env", "CartPole-v1", "--steps", "512", "--seeds", "1",
             "--set", "num_steps=64", "--json").stdout
     )  # fmt: skip
+    # other env.* options that keep the observations' and actions' spaces (a time limit): played
+    # on the reward model's env; options that change them (scaled observations): refused
+    longer = as_json(
+        cli("train", "ppo", "--env", "MovingDotLowDim-v0", "--steps", "512", "--seeds", "1",
+            "--set", "num_steps=64", "--set", "env.max_episode_steps=200", "--json").stdout
+    )  # fmt: skip
+    c = as_json(cli("prefs", "check-reward", run, "--policy", longer["id"], "--json").stdout)
+    assert c["policy"] == longer["id"] and c["segments"] == 400 and len(c["episodes"]) == 100
+    scaled = as_json(
+        cli("train", "ppo", "--env", "MovingDotLowDim-v0", "--steps", "512", "--seeds", "1",
+            "--set", "num_steps=64", "--set", "env.obs_scale=2", "--json").stdout
+    )  # fmt: skip
     for args, says in (
         (["--policy", other["id"]], "plays CartPole-v1"),
+        (["--policy", scaled["id"]], "other observations or actions"),
         (["--steps", "0"], "--steps: must be a whole number >= 1"),
         (["--epsilon", "2"], "--epsilon: must be a number from 0 to 1"),
         (["--checkpoint", "123"], "no checkpoint at step 123"),

@@ -84,6 +84,16 @@ def check_reward(
             f"the policy of {policy_record['id']} plays {policy_cfg.env_id}, the reward model "
             f"of {record['id']} judges {cfg.env_id}"
         )
+    if policy_cfg.env != cfg.env:  # other env.* options: fine while the spaces are the same
+        theirs, ours = make_env(cfg.env_id, policy_cfg.env), make_env(cfg.env_id, cfg.env)
+        spaces = [(e.observation_space, e.action_space) for e in (theirs, ours)]
+        theirs.close(), ours.close()
+        if spaces[0] != spaces[1]:
+            raise UserError(
+                f"the policy of {policy_record['id']} was trained on other env.* options than "
+                f"the reward model of {record['id']}, with other observations or actions: "
+                f"{spaces[0][0]} and {spaces[0][1]}, not {spaces[1][0]} and {spaces[1][1]}"
+            )
     env = make_env(cfg.env_id, cfg.env)
     try:
         model = build_reward_model(pcfg, env.observation_space, env.action_space, seed)
