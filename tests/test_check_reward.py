@@ -22,7 +22,7 @@ def test_the_summary_groups_segments_by_sign_where_the_reward_is_sparse_else_by_
     assert groups["low"]["separation"] < -2.5
     assert abs(groups["high"]["separation"]) < 0.5
     assert 0.3 < c["segment_corr"] < 0.8
-    assert "barely rewards what the task rewards most" in format_check(
+    assert "barely rewards what gains true reward" in format_check(
         {**c, "run": "r", "seed": 0, "env_id": "E", "policy": "p", "policy_seed": 0,
          "checkpoint": "final.pt", "epsilon": 0.0, "steps": 1, "episodes": [], "segment_length": 25}
     )  # fmt: skip
@@ -37,6 +37,11 @@ def test_the_summary_groups_segments_by_sign_where_the_reward_is_sparse_else_by_
     assert all(99 <= c["groups"][g]["segments"] <= 101 for g in ("high", "middle", "low"))
     assert c["groups"]["high"]["true_mean"] > c["groups"]["middle"]["true_mean"]
     assert c["groups"]["high"]["separation"] > 2 and c["groups"]["low"]["separation"] < -2
+    # ... where the verdict on gains is not given (the top third may differ little in return)
+    flat = {**c, "groups": {**c["groups"], "high": {**c["groups"]["high"], "separation": 0.1}}}
+    about = {"run": "r", "seed": 0, "env_id": "E", "policy": "p", "policy_seed": 0}
+    more = {"checkpoint": "final.pt", "epsilon": 0.0, "steps": 1, "episodes": []}
+    assert "barely" not in format_check({**flat, **about, **more, "segment_length": 25})
     # equal returns are never split between two groups
     steps = np.repeat([3.0, -8.0, -8.0, -20.0], 30)
     c = summarize(rng.normal(0, 1, 120), steps)

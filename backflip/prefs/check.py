@@ -225,10 +225,10 @@ def format_check(c: dict) -> str:
             f"  {labels[name]:<14} {g['segments']:>6} segments   true {num(g['true_mean'])}   "
             f"r̂ sum {num(g['mean'])} ± {std}{sep}"
         )
-    high = c["groups"]["high"]
-    if high["segments"] and high["separation"] is not None and high["separation"] < 0.5:
+    high = c["groups"]["high"]  # a sparse reward's gains (by thirds, the top may differ little)
+    if c["grouping"] == "sign" and high["separation"] is not None and high["separation"] < 0.5:
         lines.append(
-            "the model barely rewards what the task rewards most here: did its labels include "
-            "such clips? (the clips it is asked about come from its own policy)"
+            "the model barely rewards what gains true reward here: did its labels include such "
+            "clips? (the clips it is asked about come from its own policy)"
         )
     return "\n".join(lines)
