@@ -99,3 +99,23 @@ def test_check_reward_on_the_runs_own_policy_and_on_another(cli):
         assert "Traceback" not in bad.stderr
     bad = cli("prefs", "check-reward", plain["id"], check=False)
     assert bad.returncode == 2 and "not a preference run" in bad.stderr
+
+
+def test_play_keeps_each_episodes_next_observations_and_its_end():
+    import gymnasium as gym
+
+    from backflip.prefs.check import play
+
+    class Left:  # a policy that always pushes left: CartPole falls within ~10 steps
+        def act(self, obs):
+            return np.zeros(len(obs), np.int64)
+
+    env = gym.make("CartPole-v1")
+    episodes = play(Left(), env, 50, 0.0, np.random.default_rng(0))
+    assert sum(len(e[2]) for e in episodes) == 50
+    *ended, last = episodes
+    assert ended and all(e[4] for e in ended) and not last[4]
+    for obs, act, rew, nxt, done in episodes:
+        assert np.array_equal(nxt[:-1], obs[1:]) and (act == 0).all() and (rew == 1).all()
+        if done:  # the terminal observation: the pole past its limit or the cart out
+            assert abs(nxt[-1][2]) > 0.2095 or abs(nxt[-1][0]) > 2.4

@@ -12,10 +12,10 @@ would be paid, `pipeline.policy_reward`) with the segment's true return:
   for its own policy as `reward_model/segment_corr`);
 - the r̂ sums of the segments in three groups by their true return: by its sign where the
   reward is sparse (gained reward, neither, lost it: Pong's points), else by thirds (Pendulum's
-  cost every step; equal returns stay in one group); how many, their mean true return, the mean and standard deviation of their
-  r̂ sums, and the `separation` of the top and bottom groups from the middle one, in the middle
-  group's standard deviations. Near 0 (or below) for the top group, the model does not reward
-  what the task rewards most.
+  cost every step; equal returns stay in one group); how many, their mean true return, the mean
+  and standard deviation of their r̂ sums, and the `separation` of the top and bottom groups
+  from the middle one, in the middle group's standard deviations. Near 0 (or below) for a
+  sparse reward's gains, the model does not reward what the task rewards.
 
 The policy acts greedily, as in evaluation, with probability `epsilon` of a random action (a
 greedy policy can repeat one rally forever), on the training env's observations and rewards
@@ -137,7 +137,7 @@ def play(agent, env, steps: int, epsilon: float, rng: np.random.Generator) -> li
 
 
 def _play(agent, env, steps: int, epsilon: float, rng: np.random.Generator) -> list[tuple]:
-    episodes, buf = [], []
+    episodes, buf = [], []  # buf: (obs, action, reward) of the episode under way
     obs, _ = env.reset(seed=int(rng.integers(2**31)))
     env.action_space.seed(int(rng.integers(2**31)))
     for _ in range(steps):
@@ -146,18 +146,20 @@ def _play(agent, env, steps: int, epsilon: float, rng: np.random.Generator) -> l
         else:
             action = agent.act(np.asarray(obs)[None])[0]
         nxt, reward, term, trunc, _ = env.step(action)
-        buf.append((obs, action, float(reward), nxt))
+        buf.append((obs, action, float(reward)))
         obs = nxt
         if term or trunc:
-            episodes.append(buf)
+            episodes.append((buf, nxt, True))
             buf = []
             obs, _ = env.reset()
-    ended = [True] * len(episodes) + [False]
+    if buf:
+        episodes.append((buf, obs, False))
     out = []
-    for ep, done in zip([*episodes, buf], ended, strict=True):
-        if ep:
-            o, a, r, n = zip(*ep, strict=True)
-            out.append((np.stack(o), np.stack(a), np.asarray(r), np.stack(n), done))
+    for ep, last, ended in episodes:  # next observations: the episode's, then its last one
+        o, a, r = zip(*ep, strict=True)
+        o = np.stack(o)
+        nxt = np.concatenate([o[1:], np.asarray(last)[None]])
+        out.append((o, np.stack(a), np.asarray(r), nxt, ended))
     return out
 
 
