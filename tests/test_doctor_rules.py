@@ -254,6 +254,27 @@ def test_preference_rules():
     lost.metrics["prefs/true_return_mean"] = (STEPS.copy(), flat_returns())
     assert fired(lost)["reward-model-corr"].severity == "warning"
     assert fired(lost)["reward-model-corr"].metric == "reward_model/segment_corr"
+    # the labels show losses and hardly any gain, on a sparse reward (Pong from preferences)
+    shown = np.linspace(600, 2582, N)
+    pong = data(
+        prefs__labeled_segments=shown,
+        prefs__labeled_gains=np.round(shown * 13 / 2582),
+        prefs__labeled_losses=np.round(shown * 1218 / 2582),
+    )
+    f = fired(pong)["labels-one-sided"]
+    assert f.severity == "warning" and "13 gained" in f.message and "rewards" in f.message
+    both = data(
+        prefs__labeled_segments=shown,
+        prefs__labeled_gains=shown * 0.1,
+        prefs__labeled_losses=shown * 0.4,
+    )
+    assert "labels-one-sided" not in fired(both)
+    dense = data(  # Pendulum: every segment's return below 0, none at 0
+        prefs__labeled_segments=shown,
+        prefs__labeled_gains=np.zeros(N),
+        prefs__labeled_losses=shown,
+    )
+    assert "labels-one-sided" not in fired(dense)
     # an off-policy learner's replay rewards: relabeled with each model (lag 0-1), or stale
     fresh = np.r_[np.zeros(N // 2), np.tile([0.0, 1.0], N)][:N]
     assert "stale-replay-rewards" not in fired(data(prefs__replay_reward_lag=fresh))

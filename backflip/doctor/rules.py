@@ -1801,6 +1801,46 @@ def reward_model_gamed(d: RunData):
 
 
 @rule(
+    "labels-one-sided",
+    entry="20",
+    reads=("prefs/labeled_segments", "prefs/labeled_gains", "prefs/labeled_losses"),
+    threshold="at the last row: >= 100 labeled segments, >= 10% of them with a true return of "
+    "exactly 0 (a sparse reward), one sign of true return on < 2% of them and the other on "
+    ">= 20%",
+    cause="the clips asked about come from the policy (and the random one before it), which "
+    "seldom gains reward (or seldom loses it): the model is shown one side of the task and "
+    "learns it alone: to avoid losing, not to win (Pong from preferences: 13 of 2,582 labeled "
+    "segments won a point, 1,218 lost one; longer rallies, every point still lost)",
+    check_next="backflip prefs check-reward RUN --policy RUN2 with a policy that does the task "
+    "(does r̂ pay for what it was hardly shown?); more labels early, from more exploratory play",
+    source="Christiano et al. 2017 (the reward model learns only what its clips show); "
+    "docs/benchmarks.md (Pong)",
+)
+def labels_one_sided(d: RunData):
+    counts = [d.get(f"prefs/labeled_{k}") for k in ("segments", "gains", "losses")]
+    if any(c is None for c in counts):
+        return None
+    series = [finite(c) for c in counts]
+    if any(len(v) == 0 for _, v in series):
+        return None
+    shown, gains, losses = (float(v[-1]) for _, v in series)
+    if shown < 100 or (shown - gains - losses) < 0.1 * shown:
+        return None
+    rare, common = sorted([("gained", gains), ("lost", losses)], key=lambda x: x[1])
+    if rare[1] >= 0.02 * shown or common[1] < 0.2 * shown:
+        return None
+    return Hit(
+        "warning",
+        f"of {int(shown):,} labeled segments, {int(gains):,} gained true reward and "
+        f"{int(losses):,} lost it: the reward model was hardly shown what the task "
+        f"{'rewards' if rare[0] == 'gained' else 'punishes'}",
+        metric="prefs/labeled_segments",
+        step=int(series[0][0][-1]),
+        evidence={"labeled_segments": shown, "gains": gains, "losses": losses},
+    )
+
+
+@rule(
     "stale-replay-rewards",
     entry="20",
     reads=("prefs/replay_reward_lag",),
