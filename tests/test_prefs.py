@@ -420,6 +420,8 @@ def test_every_prefs_metric_is_documented(cli):
         "reward_model/val_train_loss_ratio",
         "reward_model/return_corr",
         "reward_model/segment_corr",
+        "prefs/labeled_segments",
+        "prefs/labeled_gains",
         "prefs/true_return_mean",
         "prefs/db_mb",
     ):
@@ -427,6 +429,8 @@ def test_every_prefs_metric_is_documented(cli):
     missing = names - documented_names()
     assert not missing, f"undocumented: {sorted(missing)}"
     assert metrics["prefs/labels"][1][-1] == 40
+    # every labeled query shows two segments (the same one twice at most in a few)
+    assert 40 < metrics["prefs/labeled_segments"][1][-1] <= 80
 
 
 def test_the_default_command_is_deterministic(cli):
