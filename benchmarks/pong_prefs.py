@@ -6,14 +6,15 @@ evaluates and finishes as at the end of its budget), and prints, every `--every`
 runs, a line from the seed's status and metrics:
 
     elapsed  phase or agent steps  true return (last 20 training games)  greedy eval  val acc
-    corr  seg corr  labels
+    corr  seg corr  labels  won shown
 
 The true return is the game's score (-21 to 21): the synthetic labeler's reward is Pong's, the
 policy never sees it. `val acc` is the reward model's accuracy on held-out labels; `corr` the
 correlation of predicted with true returns over the last 20 games (nothing to rank once every
-game ends 21-0), `seg corr` over the policy's last 1,000 segments, what the model ranks. At the
-end the same columns are printed as a table over time and written to `--out` as JSON. The run is
-archived under `--home` like any other (`backflip show`, `backflip ui`).
+game ends 21-0), `seg corr` over the policy's last 1,000 segments, what the model ranks;
+`won shown` how many labeled segments held a point won (the model learns scoring from those
+alone). At the end the same columns are printed as a table over time and written to `--out` as
+JSON. The run is archived under `--home` like any other (`backflip show`, `backflip ui`).
 
     python benchmarks/pong_prefs.py --minutes 90
     python benchmarks/pong_prefs.py --minutes 90 --set device=cuda      # the paper's preset
@@ -42,6 +43,7 @@ COLUMNS = {
     "reward_model/return_corr": "corr",
     "reward_model/segment_corr": "seg corr",
     "prefs/labels": "labels",
+    "prefs/labeled_gains": "won shown",
 }
 
 
@@ -81,7 +83,7 @@ def fmt(row: dict) -> str:
         f"{row['elapsed_min']:6.1f} min  {where:42s} true {num('true return'):>6}  "
         f"eval {num('greedy eval'):>6}  val acc {num('val acc', 3):>6}  "
         f"corr {num('corr', 2):>5}  seg corr {num('seg corr', 2):>5}  "
-        f"labels {num('labels', 0):>5}"
+        f"labels {num('labels', 0):>5}  won shown {num('won shown', 0):>4}"
     )
 
 
