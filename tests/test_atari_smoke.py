@@ -105,4 +105,7 @@ def test_pong_has_a_cpu_preset_and_the_papers(cli, args, preset, labels):
     out = cli("prefs", "train", "ppo", "--env", "PongNoFrameskip-v4", *args, "--list-keys").stdout
     assert f"prefs.preset={preset} " in out
     assert f"prefs.labels={labels} " in out
+    # the reward CNN: the ball and paddles as coordinates on a CPU, the paper's with dropout
+    cnn, dropout = ("keypoints", "0.0") if preset == "cpu" else ("paper", "0.5")
+    assert f"prefs.cnn={cnn} " in out and f"prefs.dropout={dropout} " in out
     assert "  epochs=3 " in out  # the policy: the PPO paper's Atari settings either way
