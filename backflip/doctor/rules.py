@@ -1815,7 +1815,6 @@ def reward_model_gamed(d: RunData):
     "(does r̂ pay for what it was hardly shown?); more labels early, from more exploratory play",
     source="Christiano et al. 2017 (the reward model learns only what its clips show); "
     "docs/benchmarks.md (Pong)",
-    live=True,
 )
 def labels_one_sided(d: RunData):
     counts = [d.get(f"prefs/labeled_{k}") for k in ("segments", "gains", "losses")]
