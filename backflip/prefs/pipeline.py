@@ -35,9 +35,11 @@ saved, frozen reward model). Each seed keeps `prefs.sqlite` and `reward_model.pt
 
 Health metrics (docs/metrics.md, "Preferences") are logged through the seed's telemetry: rates in
 and out of each store, queue depth, database size, time since the last label, reward-model
-losses, accuracy and L2, and the correlation of predicted with true returns, of the policy's
-episodes and of its segments (the unit the model is trained to rank). A queue that stops moving (Rahtz's starved segment queue) shows as `prefs/labels_per_s` at 0 with a growing
-`prefs/label_debt` and `prefs/seconds_since_label`.
+losses, accuracy and L2, the correlation of predicted with true returns (of the policy's
+episodes, and of its segments: the unit the model is trained to rank), and how many labeled
+segments gained or lost true reward. A queue that stops moving (Rahtz's starved segment queue)
+shows as `prefs/labels_per_s` at 0 with a growing `prefs/label_debt` and
+`prefs/seconds_since_label`.
 """
 
 from __future__ import annotations
