@@ -303,6 +303,14 @@ def test_kill9_of_the_launcher_at_startup_leaves_a_run_that_resume_finishes(refe
     kill9(proc)
     run_dir = home / run_id
     wait_until(lambda: load_run(run_dir)["status"] != "running", what="the run to settle")
+
+    # a seed that had started goes on as an orphan (it finishes and finalizes the run, as
+    # mid-training): resume is for what is left once no seed process is alive
+    def seeds_alive() -> bool:
+        pids = [raw_status(run_dir, s).get("pid") for s in (0, 1)]
+        return any(p and Path(f"/proc/{p}").exists() for p in pids)
+
+    wait_until(lambda: not seeds_alive(), what="the orphaned seeds")
     row = assert_justified(home, run_id)
     if row["status"] != "finished":  # the seeds never started, or died with the launcher
         bf(home, "resume", run_id)
