@@ -388,19 +388,19 @@ def entropy_oscillation(d: RunData):
         f"normalized entropy swung up and down by ≥ 0.2 {n} times after warm-up (between "
         f"{fmt(float(smooth.min()))} and {fmt(float(smooth.max()))})"
     )
-    evidence = {"reversals": n, "min": float(smooth.min()), "max": float(smooth.max())}
+    severity = "warning"
     if d.learned_reward:
         # healthy MovingDot preference runs (greedy 91 and 108, the preset's 500 labels) swung
         # 5 times: each reward-model round moves the reward, and the policy re-explores; whether
         # the run learns is for the rules on its true return to say
-        return Hit(
-            "info",
-            f"{seen}, on a learned reward that changes with every reward-model round",
-            metric="train/entropy_norm",
-            step=int(steps[-1]),
-            evidence=evidence,
-        )
-    return Hit("warning", seen, metric="train/entropy_norm", step=int(steps[-1]), evidence=evidence)
+        severity, seen = "info", f"{seen}, on a learned reward that changes with every round"
+    return Hit(
+        severity,
+        seen,
+        metric="train/entropy_norm",
+        step=int(steps[-1]),
+        evidence={"reversals": n, "min": float(smooth.min()), "max": float(smooth.max())},
+    )
 
 
 def reversals(v: np.ndarray, delta: float) -> int:
@@ -1725,28 +1725,23 @@ def reward_model_corr(d: RunData):
         late, best = float(np.median(v[-max(len(v) // 4, 2) :])), float(np.max(v))
         return (late, best, int(steps[-1])) if late < 0.5 or best - late > 0.3 else ()
 
-    segments = verdict("reward_model/segment_corr")
-    if segments == ():  # segments are ranked: a low episode correlation is their sameness
-        if episodes := verdict("reward_model/return_corr"):
-            late, best, step = episodes
-            return Hit(
-                "info",
-                f"predicted-vs-true episode return correlation is {fmt(late)} late (best "
-                f"{fmt(best)}), while the model still ranks the policy's segments: the episodes' "
-                "true returns differ too little for their sums to be ranked",
-                metric="reward_model/return_corr",
-                step=step,
-                evidence={"late": late, "best": best},
-            )
+    segments, episodes = verdict("reward_model/segment_corr"), verdict("reward_model/return_corr")
+    if segments == () and episodes:  # segments ranked: the episodes' returns are alike
+        late, best, step = episodes
+        return Hit(
+            "info",
+            f"predicted-vs-true episode return correlation is {fmt(late)} late (best "
+            f"{fmt(best)}), while the model still ranks the policy's segments: the episodes' "
+            "true returns differ too little for their sums to be ranked",
+            metric="reward_model/return_corr",
+            step=step,
+            evidence={"late": late, "best": best},
+        )
+    unit = "segment" if segments is not None else "episode"
+    if not (low := segments if segments is not None else episodes):
         return None
-    metric, unit = "reward_model/segment_corr", "segment"
-    if segments is None:
-        metric, unit = "reward_model/return_corr", "episode"
-        if not (low := verdict(metric)):
-            return None
-    else:
-        low = segments
     late, best, step = low
+    metric = "reward_model/segment_corr" if unit == "segment" else "reward_model/return_corr"
     seen = f"predicted-vs-true {unit} return correlation is {fmt(late)} late (best {fmt(best)})"
     true = progress(d) if d.learned_reward else None
     if true is not None and true.improved:

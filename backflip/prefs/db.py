@@ -395,16 +395,9 @@ class PreferenceDB:
         return Segment(unpack(row[0]), unpack(row[1]), unpack(row[2]), row[3], int(seg_id))
 
     def counts(self) -> dict[str, int]:
-        """Queries by status, `equal` the labeled ones answered "equally good" (label 0.5), the
-        segments stored, and the distinct segments of labeled queries with their true return
-        above and below 0 (what the reward model has been shown of gains and losses)."""
+        """Queries by status, `equal` the labeled ones answered "equally good" (label 0.5), and
+        the segments stored."""
         with self._lock:
-            shown, gains, losses = self.conn.execute(
-                "SELECT COUNT(*), COALESCE(SUM(true_return > 0), 0), "
-                "COALESCE(SUM(true_return < 0), 0) FROM segments WHERE id IN "
-                "(SELECT left FROM queries WHERE status = 'labeled' "
-                "UNION SELECT right FROM queries WHERE status = 'labeled')"
-            ).fetchone()
             by_status = dict(
                 self.conn.execute("SELECT status, COUNT(*) FROM queries GROUP BY status")
             )
@@ -418,10 +411,19 @@ class PreferenceDB:
             "pending": by_status.get("pending", 0),
             "skipped": by_status.get("skipped", 0),
             "segments": segments,
-            "labeled_segments": shown,
-            "labeled_gains": gains,
-            "labeled_losses": losses,
         }
+
+    def shown(self) -> dict[str, int]:
+        """The distinct segments of labeled queries, and how many of them have a true return
+        above and below 0: what the reward model has been shown of gains and losses."""
+        with self._lock:
+            shown, gains, losses = self.conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(true_return > 0), 0), "
+                "COALESCE(SUM(true_return < 0), 0) FROM segments WHERE id IN "
+                "(SELECT left FROM queries WHERE status = 'labeled' "
+                "UNION SELECT right FROM queries WHERE status = 'labeled')"
+            ).fetchone()
+        return {"labeled_segments": shown, "labeled_gains": gains, "labeled_losses": losses}
 
     def last_label_time(self) -> float | None:
         with self._lock:
