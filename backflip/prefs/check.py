@@ -33,24 +33,11 @@ from backflip.algos import get_algo
 from backflip.config import TrainConfig
 from backflip.envs import make_env
 from backflip.errors import UserError
-from backflip.prefs.pipeline import PrefsConfig, build_reward_model, policy_reward, seed_files
+from backflip.prefs.pipeline import build_reward_model, policy_reward, read_reward_model
 from backflip.runs.archive import load_checkpoint, load_run
 
 # a reward is sparse where at least this share of segments return exactly 0 (grouped by sign)
 SPARSE_SHARE = 0.1
-
-
-def load_model(run_dir: Path, seed: int):
-    """The saved reward model of `seed` of a preference run, and its settings."""
-    path = seed_files(run_dir, seed) / "reward_model.pt"
-    if not path.exists():
-        raise UserError(f"no saved reward model in {path.parent} (the run has not trained one)")
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-        pcfg = PrefsConfig.from_dict(saved["prefs"])
-    except Exception as e:  # noqa: BLE001 — a truncated or foreign file: one line
-        raise UserError(f"cannot read reward model {path}: {type(e).__name__}: {e}") from None
-    return saved, pcfg
 
 
 def check_reward(
@@ -69,7 +56,7 @@ def check_reward(
     seed = record["config"]["seeds"][0] if seed is None else seed
     if seed not in record["config"]["seeds"]:
         raise UserError(f"run {record['id']} has seeds {record['config']['seeds']}, not {seed}")
-    saved, pcfg = load_model(run_dir, seed)
+    saved, pcfg = read_reward_model(run_dir, seed)
     cfg = TrainConfig.from_dict(record["config"])
     policy_dir = policy_dir or run_dir
     policy_record = load_run(policy_dir)

@@ -808,11 +808,20 @@ def wait_for_labels(pipe: Pipeline, target: int) -> None:
         pipe.progress(INITIAL_LABELS, pipe.n_answered(), target, "labels")
 
 
-def load_reward_model(pipe: Pipeline, run_dir: str) -> None:
-    path = seed_files(run_dir, pipe.run.seed) / "reward_model.pt"
+def read_reward_model(run_dir: str | Path, seed: int) -> tuple[dict, PrefsConfig]:
+    """A run's saved reward model for `seed` (`save_reward_model`'s payload) and its settings."""
+    path = seed_files(run_dir, seed) / "reward_model.pt"
     if not path.exists():
         raise UserError(f"no saved reward model in {path.parent}")
-    pipe.model.load_state_dict(torch.load(path, weights_only=False)["model"])
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+        return saved, PrefsConfig.from_dict(saved["prefs"])
+    except Exception as e:  # noqa: BLE001 — a truncated or foreign file: one line
+        raise UserError(f"cannot read reward model {path}: {type(e).__name__}: {e}") from None
+
+
+def load_reward_model(pipe: Pipeline, run_dir: str) -> None:
+    pipe.model.load_state_dict(read_reward_model(run_dir, pipe.run.seed)[0]["model"])
     pipe.snap = pipe.model.snapshot()
     pipe.frozen = True
 
