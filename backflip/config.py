@@ -1,17 +1,23 @@
 """Configuration: typed dataclasses, `--set key=value` overrides and config files.
 
-A run's configuration has four parts, each a dataclass whose fields carry a one-line docstring
-(read from the source, CleanRL style, so the dataclass doubles as `--help`):
+A run's configuration (`TrainConfig`) has four parts, and a fifth on a preference run, each a
+dataclass whose fields carry a one-line docstring (read from the source, CleanRL style, so the
+dataclass doubles as `--help`):
 
 - the algorithm's hyperparameters (the `Config` dataclass of `algos/<algo>.py`), addressed by bare keys:
   `lr=3e-4`;
 - `RunOptions` (budget-independent run settings such as evaluation and checkpoints), also bare keys:
   `eval_episodes=20`, `device=cuda`;
 - `EnvOptions` (wrappers applied to the environment), addressed as `env.<key>`;
-- `DoctorOptions` (live diagnosis), addressed as `doctor.<key>`.
+- `DoctorOptions` (live diagnosis), addressed as `doctor.<key>`;
+- `PrefsConfig` (a preference run's pipeline: `kind="prefs"`), addressed as `prefs.<key>`.
 
-Precedence, lowest first: dataclass defaults < the algorithm's preset for this env < `--config FILE`
-< `--set key=value`. The resolved result is stored with every run.
+One resolver (`resolve`) for every kind of run; precedence, lowest first: dataclass defaults <
+settings derived from the env (a preference run on an env without a preset) < the algorithm's
+preset for this env < the preference preset < `--config FILE` < `--set key=value`. Every value
+goes through one table of domains (`DOMAINS`) and the cross checks (`check_cross`,
+`check_prefs`). The resolved result is stored with every run and read back by
+`TrainConfig.from_dict`, which parses every field.
 """
 
 from __future__ import annotations
@@ -111,6 +117,11 @@ class EnvOptions:
     """Atari: a lost life ends the training episode (evaluation always plays whole games)"""
     clip_reward: bool = True
     """Atari: train on the sign of the reward (evaluation reports raw scores)"""
+    obs_layout: str = "auto"
+    """how observations are read (docs/environments.md): auto (Discrete one-hot; Tuple, Dict and
+    multi-axis Boxes flattened; frames as images, channels first when the first axis is a short
+    stack (<= 4) and channels last otherwise, Gymnasium's convention), or channels_first,
+    channels_last, vector (flattened) to override the guess for a 2-D or 3-D Box"""
     atari_vector: bool = True
     """Atari: training envs of NoFrameskip ids run in ale-py's C++ vector env (the same
     preprocessing, less CPU per step, stepped on up to 2 threads); false: Gymnasium's
@@ -127,7 +138,197 @@ class DoctorOptions:
     """print a warning line as soon as a rule fires during training"""
 
 
+# --- preference runs ---------------------------------------------------------------------------
+# The values of the preference settings' choices. The modules that act on them import them from
+# here, so the setting, its domain and its meaning have one spelling.
+PREF_STAGES = ("full", "gather", "pretrain", "policy")
+BPREF_TEACHER_NAMES = ("oracle", "stoc", "mistake", "skip", "equal", "myopic")
+LABELERS = ("synthetic", "human", *(f"bpref-{name}" for name in BPREF_TEACHER_NAMES))
+REWARD_INPUTS = ("obs+action", "next-obs", "progress")
+REWARD_CNNS = ("auto", "paper", "keypoints", "small")
+SELECTIONS = ("random", "disagreement", "entropy", "k-center")
+HORIZONS = ("auto", "absorb", "restart", "variable")
+
+
+@dataclass
+class PrefsConfig:
+    """Preference-learning settings (`--set prefs.KEY=VALUE`, a `prefs:` table in a config file):
+    the section of a preference run's config (`backflip prefs train`, docs/preferences.md)."""
+
+    preset: str = "cpu"
+    """the env's preset these settings start from: cpu, or paper (GPU-scale; `--preset`)"""
+    labels: int = 500
+    """total labels to ask for (the cap), the initial ones included"""
+    labeler: str = "synthetic"
+    """synthetic (a teacher simulated on the true reward: the oracle unless prefs.teacher_* say
+    otherwise), bpref-NAME (B-Pref's teacher NAME: oracle, stoc, mistake, skip, equal, myopic;
+    prefs.teacher_* override its parameters) or human (the labeling page of `backflip ui`)"""
+    task: str = ""
+    """what makes a clip better, one line shown to the people labeling ("move the dot to the
+    centre"); the presets have one, a human-labeled run without one asks for it"""
+    stage: str = "full"
+    """full, gather (initial labels only), pretrain (reward model only), policy (frozen model)"""
+    horizon: str = "auto"
+    """how episodes that end early are handled, so that their length cannot carry the reward
+    (docs/preferences.md, "The horizon"): absorb (the episode goes on in an absorbing state, the
+    last observation held with reward 0, until the time limit: the reward model sees the end and
+    learns whether it is good or bad), restart (the env restarts inside the episode until the
+    time limit, as CartPoleFixedHorizon: a fixed-horizon episode then holds several of the env's),
+    variable (episodes end when the env ends them: the length leaks reward, with a warning) or
+    auto (absorb; said at launch)"""
+    mode: str = "sync"
+    """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a
+    background thread: faster on a free core, not reproducible)"""
+    reward_input: str = "obs+action"
+    """what the reward model judges: obs+action, r̂(o_t, a_t) as in the paper; next-obs, a model
+    of states r̂(o), the policy rewarded with r̂ of the state each action leads to (for tasks
+    judged by where the agent gets: every move is rewarded at once); or progress, the same model
+    of states, the policy rewarded with its change r̂(o_{t+1}) − r̂(o_t) scaled to RMS
+    reward_std (potential-based shaping of next-obs: the same optimal policy, a dense signal)"""
+    action_input: str = "concat"
+    """how a discrete action enters r̂(o, a) (reward_input=obs+action): concat (the paper's: its
+    one-hot joins the observation's features before the hidden layer) or heads (the network
+    has one output per action and the action picks one: what a CNN on frames needs to learn a
+    reward that depends on the action, docs/preferences.md)"""
+    cnn: str = "auto"
+    """the reward model's CNN on frames: paper (Christiano et al.'s 4 conv layers, flattened; at
+    least 43x43 pixels), keypoints (3 conv layers and a spatial softmax: where each feature
+    fires, as coordinates; generalizes across positions, what MovingDot84 needs:
+    docs/preferences.md, "From frames"; at least 13x13), small (two 3x3 convolutions at full
+    resolution, flattened: grids such as MinAtar's 10x10) or auto (paper where it fits, else
+    small)"""
+    segment_length: int = 25
+    """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
+    initial_frac: float = 0.25
+    """share of the labels gathered from a random policy before the policy trains"""
+    label_until: float = 0.8
+    """fraction of the policy's budget by which every label is due"""
+    label_decay: float = 0.25
+    """tau of the decaying label rate 1/(T + tau), as a fraction of the labeling period"""
+    selection: str = "random"
+    """query selection: random; or, among `oversample` x random candidates, disagreement (highest
+    variance across the ensemble), entropy (most uncertain mean prediction) or k-center (spread
+    over observation space; B-Pref)"""
+    oversample: int = 10
+    """candidate pairs per query drawn for disagreement, entropy and k-center selection"""
+    store_size: int = 1000
+    """recent segments kept to draw queries from"""
+    buffer_labels: int = 3000
+    """the reward model trains on the newest this many labels"""
+    members: int = 3
+    """reward-model ensemble size"""
+    hidden: tuple[int, ...] = (64, 64)
+    """hidden layers of each member's MLP (the CNN for images has one 64-unit layer)"""
+    dropout: float = 0.0
+    """dropout rate in the reward model (the paper: 0.5 for Atari), masks shared within a pair"""
+    rm_lr: float = 1e-3
+    """reward-model Adam learning rate"""
+    rm_batch: int = 32
+    """pairs per reward-model minibatch"""
+    l2: float = 1e-4
+    """initial L2 weight decay of each member (then adapted to keep val/train loss in 1.1-1.5)"""
+    noise: float = 0.1
+    """assumed probability that a label is a uniformly random answer"""
+    reward_std: float = 1.0
+    """standard deviation of the reward the policy sees (the paper: 1, or 0.05 for Atari)"""
+    frame_stride: int = 1
+    """reward-model training sums r̂ over every k-th step of each segment (one random offset per
+    minibatch) times k: an unbiased estimate of the segment's return from 1/k of its frames
+    (1: every step, the paper's loss; validation and the policy's reward always use every step)"""
+    eval_pairs: int = 512
+    """pairs whose loss and accuracy are computed after each round, for the training and for
+    the validation split each (a random subset when there are more)"""
+    pretrain_updates: int = 500
+    """reward-model updates on the initial labels before the policy starts"""
+    rm_updates_per_kstep: float = 10.0
+    """reward-model updates per 1,000 agent steps while the policy trains"""
+    round_updates: int = 50
+    """updates per round; each round ends with validation, L2 adaptation and recalibration"""
+    tick_steps: int = 2048
+    """sync mode: agent steps between ticks (labels due, training, metrics)"""
+    random_envs: int = 8
+    """env copies for the random policy that provides the initial segments (each starts from
+    its own reset: more copies spread the first clips over more of the state space)"""
+    error_rate: float = 0.0
+    """synthetic labeler: probability of a uniformly random answer (a flip with half of it)"""
+    teacher_beta: float | None = None
+    """synthetic labeler: rationality β, P(left) = sigmoid(β (R_left - R_right)) on the true
+    returns (per unit of return); unset: perfectly rational, or the bpref-NAME teacher's (stoc: 1)"""
+    teacher_gamma: float | None = None
+    """synthetic labeler: myopia γ in (0, 1], step t of H weighs γ^(H-t); unset: 1, or the
+    bpref-NAME teacher's (myopic: 0.9)"""
+    teacher_mistake: float | None = None
+    """synthetic labeler: probability ε in [0, 0.5] of flipping the answer; unset: 0, or the
+    bpref-NAME teacher's (mistake: 0.1)"""
+    teacher_skip: float | None = None
+    """synthetic labeler: ε_skip >= 0, "can't tell" when both returns are below ε_skip times an
+    average segment's (docs/preferences.md, "Teachers"); unset: 0, or bpref-skip's 0.1"""
+    teacher_equal: float | None = None
+    """synthetic labeler: ε_equal >= 0, "equally good" when the returns differ by less than
+    ε_equal times an average segment's; unset: 0, or bpref-equal's 0.1"""
+    max_pending: int = 20
+    """human labeler: unanswered queries kept ready in the database"""
+    max_debt: int = 0
+    """human labeler: the policy pauses when more than this many due labels are unanswered, and
+    goes on once answers bring the debt down to half of it; 0 (lockstep) waits for every label as
+    it falls due, so the run depends only on the seed and the answers, not on when they come"""
+    double_share: float = 0.0
+    """human labeler: share of queries shown to two people, whose answers combine into one label
+    (docs/preferences.md, "Several people")"""
+    import_from: str = ""
+    """path of a run whose labels (same seed, else its first) start this run (--prefs)"""
+    reward_model: str = ""
+    """path of a run whose saved reward model this run uses, frozen (--reward-model)"""
+    relabel: bool = True
+    """off-policy algorithms: recompute the replay buffer's rewards with each new reward model
+    (PEBBLE); false keeps the rewards of the model current when each transition was stored"""
+    stall_labels_after: int = -1
+    """fault injection: the labeler stops answering after this many labels (-1: never)"""
+    log_every_s: float = 1.0
+    """async mode: seconds between pipeline metric rows"""
+
+    def __post_init__(self):  # a section built by hand (tests, benchmarks) is checked too
+        check_domains(dataclasses.asdict(self), "prefs.")
+        check_prefs(self)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, prefs: dict) -> PrefsConfig:
+        """The settings a run or a saved reward model recorded (`to_dict`, read back from
+        JSON), each parsed to its type: a wrong-typed or unknown value is a UserError."""
+        if not isinstance(prefs, dict):
+            raise UserError(f"the prefs section must be a mapping, got {type(prefs).__name__}")
+        return _build(cls, prefs, "prefs.", check=False)
+
+
+def check_prefs(p: PrefsConfig) -> None:
+    """Preference settings that make sense alone but not together."""
+    if p.action_input == "heads" and p.reward_input != "obs+action":
+        raise UserError(
+            "prefs.action_input=heads needs prefs.reward_input=obs+action (the other inputs "
+            "judge states alone)"
+        )
+    if p.stage == "policy" and not p.reward_model:
+        raise UserError("prefs.stage=policy trains on a frozen model: give --reward-model RUN")
+    if p.stage == "policy" and p.labels:
+        raise UserError("--reward-model trains on a frozen model: drop --labels (or use --prefs)")
+
+
 SECTIONS = {"env": EnvOptions, "doctor": DoctorOptions}
+"""The sections of every run's config, addressed as `section.key`."""
+KINDS = {"plain": {}, "prefs": {"prefs": PrefsConfig}}
+"""The kinds of run and the sections each adds: a preference run (`backflip prefs train`) has
+a `prefs` section."""
+
+
+ALL_SECTIONS = {name for kind in KINDS for name in (*SECTIONS, *KINDS[kind])}
+
+
+def sections(kind: str = "plain") -> dict[str, type]:
+    """The `section.key` sections of a run of `kind`: env, doctor, and the kind's own."""
+    return {**SECTIONS, **KINDS[kind]}
 
 
 def _require(ok: bool, message: str):
@@ -241,6 +442,7 @@ DISCOUNT = Domain(0, 1, low_open=True)  # (0, 1]
 LR = above(0, usual_max=1)
 SIZES = Domain(min_len=1, sizes=True)
 ACTIVATIONS = Domain(choices=("tanh", "relu", "elu", "leaky_relu"))
+CNNS = ("auto", "nature", "keypoints", "small")  # the policy's image encoders (nets.encoder)
 
 # Every setting's domain, by its name: a name means the same in every algorithm (lr, gamma,
 # hidden, ...). `env.` and `doctor.` keys carry their section. `ALGO_DOMAINS` holds the few
@@ -264,7 +466,7 @@ DOMAINS: dict[str, Domain] = {
     "target_kl": NON_NEGATIVE,
     "hidden": SIZES,
     "activation": ACTIVATIONS,
-    "cnn": Domain(choices=("nature", "keypoints")),  # nets.encoder's image encoders
+    "cnn": Domain(choices=CNNS),  # nets.encoder's image encoders
     "log_std_init": Domain(-20, 2),
     "sde_sample_freq": NON_NEGATIVE,
     "adam_eps": above(0, high=1),
@@ -313,13 +515,58 @@ DOMAINS: dict[str, Domain] = {
     "env.slowdown": Domain(0, 1_000_000),
     "env.max_episode_steps": NON_NEGATIVE,
     "env.frame_stack": Domain(1, 64),
+    "env.obs_layout": Domain(choices=("auto", "channels_first", "channels_last", "vector")),
+    # PrefsConfig (prefs.*)
+    "prefs.preset": Domain(choices=("cpu", "paper")),
+    "prefs.labels": Domain(0, 1_000_000),
+    "prefs.labeler": Domain(choices=LABELERS),
+    "prefs.stage": Domain(choices=PREF_STAGES),
+    "prefs.horizon": Domain(choices=HORIZONS),
+    "prefs.mode": Domain(choices=("sync", "async")),
+    "prefs.reward_input": Domain(choices=REWARD_INPUTS),
+    "prefs.action_input": Domain(choices=("concat", "heads")),
+    "prefs.cnn": Domain(choices=REWARD_CNNS),
+    "prefs.segment_length": Domain(1, 100_000),
+    "prefs.initial_frac": UNIT,
+    "prefs.label_until": Domain(0, 1, low_open=True),
+    "prefs.label_decay": POSITIVE,
+    "prefs.selection": Domain(choices=SELECTIONS),
+    "prefs.oversample": Domain(1, 1000),
+    "prefs.store_size": Domain(2, 10_000_000),
+    "prefs.buffer_labels": COUNT,
+    "prefs.members": Domain(1, 100),
+    "prefs.hidden": SIZES,
+    "prefs.dropout": Domain(0, 1, high_open=True),
+    "prefs.rm_lr": LR,
+    "prefs.rm_batch": Domain(1, 1_000_000),
+    "prefs.l2": NON_NEGATIVE,
+    "prefs.noise": Domain(0, 1, high_open=True),
+    "prefs.reward_std": POSITIVE,
+    "prefs.frame_stride": Domain(1, 10_000),
+    "prefs.eval_pairs": COUNT,
+    "prefs.pretrain_updates": NON_NEGATIVE,
+    "prefs.rm_updates_per_kstep": NON_NEGATIVE,
+    "prefs.round_updates": COUNT,
+    "prefs.tick_steps": COUNT,
+    "prefs.random_envs": Domain(1, 4096),
+    "prefs.error_rate": UNIT,
+    "prefs.teacher_beta": POSITIVE,  # unset (none): perfectly rational
+    "prefs.teacher_gamma": DISCOUNT,
+    "prefs.teacher_mistake": Domain(0, 0.5),
+    "prefs.teacher_skip": NON_NEGATIVE,
+    "prefs.teacher_equal": NON_NEGATIVE,
+    "prefs.max_pending": COUNT,
+    "prefs.max_debt": NON_NEGATIVE,
+    "prefs.double_share": UNIT,
+    "prefs.stall_labels_after": at_least(0, special=(-1,)),
+    "prefs.log_every_s": POSITIVE,
 }
 ALGO_DOMAINS: dict[tuple[str, str], Domain] = {
     ("a2c", "num_steps"): Domain(1, 1_000_000),
     ("cem", "hidden"): Domain(sizes=True),  # empty: a linear policy
 }
 # settings whose values the type alone bounds (booleans, device names checked in RunOptions)
-UNBOUNDED = {"device"}
+UNBOUNDED = {"device", "prefs.task", "prefs.import_from", "prefs.reward_model"}  # free text
 
 # --- run inputs that are not settings: the budget, seeds and tags
 STEPS = Domain(1, MAX_INT)
@@ -566,7 +813,9 @@ def _article(tp) -> str:
 
 @dataclass
 class TrainConfig:
-    """Everything needed to reproduce a training run."""
+    """Everything needed to reproduce a training run. `kind` says what sort of run it is (plain:
+    `backflip train`; prefs: the policy trains on a reward learned from preferences, `backflip
+    prefs train`, with its settings in `prefs`)."""
 
     algo: str
     env_id: str
@@ -577,50 +826,99 @@ class TrainConfig:
     env: EnvOptions = field(default_factory=EnvOptions)
     doctor: DoctorOptions = field(default_factory=DoctorOptions)
     preset: str | None = None
+    kind: str = "plain"
+    prefs: PrefsConfig | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise UserError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if (self.kind == "prefs") != (self.prefs is not None):
+            raise UserError("a preference run (kind prefs) and only it has a prefs section")
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "algo": self.algo,
             "env_id": self.env_id,
             "seeds": list(self.seeds),
             "steps": self.steps,
             "preset": self.preset,
+            "kind": self.kind,
             "hp": dataclasses.asdict(self.hp),
             "run": dataclasses.asdict(self.run),
             "env": dataclasses.asdict(self.env),
             "doctor": dataclasses.asdict(self.doctor),
         }
+        if self.prefs is not None:
+            out["prefs"] = self.prefs.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        spec = get_algo(d["algo"])
-        hp, run = dict(d.get("hp", {})), dict(d.get("run", {}))
-        for key in [k for k in hp if (d["algo"], k) in RENAMED]:  # an older run's config
-            value, new = hp.pop(key), _renamed(d["algo"], key, warn=False)
+        """A config as `to_dict` wrote it (run.json, a checkpoint, a job), every value parsed to
+        its type: a missing, wrong-typed or unknown field is a one-line UserError, which the
+        archive reports as a damaged record. Domains are not re-checked: a config was checked
+        when it was made and is read as it is, even if a domain has narrowed since."""
+        if not isinstance(d, dict):
+            raise UserError(f"a run's config must be a mapping, got {type(d).__name__}")
+        missing = [k for k in ("algo", "env_id", "seeds", "steps") if k not in d]
+        if missing:
+            raise UserError(f"config has no {', '.join(missing)}")
+        algo, env_id = d["algo"], d["env_id"]
+        if not isinstance(algo, str) or not isinstance(env_id, str):
+            raise UserError(f"config: algo and env_id must be text, got {algo!r}, {env_id!r}")
+        spec = get_algo(algo)
+        sections_ = {}
+        for name in ("hp", "run", "env", "doctor"):
+            value = d.get(name) or {}
+            if not isinstance(value, dict):
+                raise UserError(f"config.{name} must be a mapping, got {type(value).__name__}")
+            sections_[name] = dict(value)
+        hp, run = sections_["hp"], sections_["run"]
+        for key in [k for k in hp if (algo, k) in RENAMED]:  # an older run's config
+            value, new = hp.pop(key), _renamed(algo, key, warn=False)
             if not run.get(new):  # 0: the algorithm's default, which the old key set
                 run[new] = value
+        seeds = d["seeds"]
+        if not isinstance(seeds, list | tuple):
+            raise UserError(f"config.seeds must be a list of seeds, got {seeds!r}")
+        check_seeds(list(seeds))
+        kind = run_kind(d)
+        preset = d.get("preset")
+        if preset is not None and not isinstance(preset, str):
+            raise UserError(f"config.preset must be text or null, got {preset!r}")
         return cls(
-            algo=d["algo"],
-            env_id=d["env_id"],
-            seeds=list(d["seeds"]),
-            steps=int(d["steps"]),
-            preset=d.get("preset"),
-            # an archived config (run.json, a checkpoint) was checked when it was made: read it
-            # as it is, even if a domain has narrowed since
-            hp=_build(spec.config, hp, "", d["algo"], check=False),
+            algo=algo,
+            env_id=env_id,
+            seeds=list(seeds),
+            steps=parse_steps(d["steps"]),
+            preset=preset,
+            hp=_build(spec.config, hp, "", algo, check=False),
             run=_build(RunOptions, run, "", check=False),
-            env=_build(EnvOptions, d.get("env", {}), "env.", check=False),
-            doctor=_build(DoctorOptions, d.get("doctor", {}), "doctor.", check=False),
+            env=_build(EnvOptions, sections_["env"], "env.", check=False),
+            doctor=_build(DoctorOptions, sections_["doctor"], "doctor.", check=False),
+            kind=kind,
+            prefs=PrefsConfig.from_dict(d["prefs"]) if kind == "prefs" else None,
         )
 
     def flat(self) -> dict[str, Any]:
-        """`key -> value` in the `--set` namespace (bare keys, env.*, doctor.*)."""
+        """`key -> value` in the `--set` namespace (bare keys, env.*, doctor.*, prefs.*)."""
         out = {**dataclasses.asdict(self.hp), **dataclasses.asdict(self.run)}
-        for name in SECTIONS:
+        for name in sections(self.kind):
             out.update(
                 {f"{name}.{k}": v for k, v in dataclasses.asdict(getattr(self, name)).items()}
             )
         return out
+
+
+def run_kind(config: dict) -> str:
+    """The kind of run a stored config (`TrainConfig.to_dict`, run.json) describes: its `kind`
+    field, or, in records written before there was one, `prefs` where a prefs section is."""
+    kind = config.get("kind")
+    if kind is None:
+        return "prefs" if "prefs" in config else "plain"
+    if kind not in KINDS:
+        raise UserError(f"config.kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    return kind
 
 
 def _build(cls, values: dict, prefix: str, algo: str | None = None, check: bool = True):
@@ -658,10 +956,11 @@ def _renamed(algo: str, key: str, warn: bool) -> str:
     return new
 
 
-def valid_keys(algo_config_cls) -> list[str]:
+def valid_keys(algo_config_cls, kind: str = "plain") -> list[str]:
+    """Every key `--set` takes for a run of `kind` with these hyperparameters."""
     keys = [f.name for f in dataclasses.fields(algo_config_cls)]
     keys += [f.name for f in dataclasses.fields(RunOptions)]
-    for name, cls in SECTIONS.items():
+    for name, cls in sections(kind).items():
         keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
     return keys
 
@@ -716,7 +1015,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     for k, v in data.items():
         if not isinstance(k, str):
             raise UserError(f"config file {path}: keys must be setting names, got {k!r}")
-        if k in SECTIONS and isinstance(v, dict):
+        if k in ALL_SECTIONS and isinstance(v, dict):
             if not all(isinstance(kk, str) for kk in v):
                 raise UserError(f"config file {path}: keys under {k} must be setting names")
             flat.update({f"{k}.{kk}": vv for kk, vv in v.items()})
@@ -732,31 +1031,63 @@ def resolve(
     steps: int | None,
     file_values: dict[str, Any] | None = None,
     set_values: dict[str, Any] | None = None,
+    kind: str = "plain",
+    derived: dict[str, Any] | None = None,
 ) -> TrainConfig:
-    """Merge defaults, the preset for `env_id`, a config file and `--set` values, type-checked."""
+    """The one resolver of a run's configuration: defaults, presets, a config file and `--set`
+    values, each type- and domain-checked. Precedence, lowest first:
+
+    1. the dataclasses' defaults;
+    2. `derived` (a preference run on an env without a preset: settings derived from the env's
+       spaces and horizon, `prefs.derive.env_defaults`);
+    3. the algorithm's preset for `env_id` (`algos/settings/<algo>.py: PRESETS`);
+    4. a preference run's preset for `env_id` (`prefs/presets.py`: its `prefs.*` settings, its
+       policy settings for `algo`, its budget), the one `prefs.preset` names (cpu, or paper);
+    5. `file_values` (`--config FILE`), then `set_values` (`--set`; the CLI's shortcuts such as
+       `--labels` arrive here as `prefs.labels`).
+    """
+    if kind not in KINDS:
+        raise UserError(f"unknown kind of run {kind!r}; one of {', '.join(KINDS)}")
     spec = get_algo(algo)
-    preset = dict(spec.presets.get(env_id, {}))
-    preset_steps = preset.pop("steps", None)
-    merged = {**preset, **(file_values or {}), **(set_values or {})}
+    file_values, set_values = dict(file_values or {}), dict(set_values or {})
+    algo_preset = dict(spec.presets.get(env_id, {}))
+    preset_steps = algo_preset.pop("steps", None)
+    kind_preset: dict[str, Any] = {}
+    if kind == "prefs":
+        from backflip.prefs.presets import PAPER, preset_for  # plain data (layers exception)
+
+        name = set_values.get("prefs.preset", file_values.get("prefs.preset"))
+        if name is None:
+            device = str(set_values.get("device", file_values.get("device", "cpu")))
+            name = "paper" if device.startswith("cuda") and env_id in PAPER else "cpu"
+        preset = preset_for(env_id, str(name))
+        policy = dict(preset.get("policy", {}).get(algo, {}))
+        policy_steps = policy.pop("steps", None)
+        prefs_values = {**preset.get("prefs", {}), **policy.pop("prefs", {})}
+        kind_preset = {**policy, **{f"prefs.{k}": v for k, v in prefs_values.items()}}
+        kind_preset["prefs.preset"] = name
+        preset_steps = policy_steps or preset.get("steps") or preset_steps
+    merged = {**(derived or {}), **algo_preset, **kind_preset, **file_values, **set_values}
     if "steps" in merged:  # allow steps in a config file
         file_steps = merged.pop("steps")
         steps = steps if steps is not None else parse_steps(file_steps)
-    valid = valid_keys(spec.config)
-    groups: dict[str, dict] = {"hp": {}, "run": {}, **{s: {} for s in SECTIONS}}
+    valid = valid_keys(spec.config, kind)
+    groups: dict[str, dict] = {"hp": {}, "run": {}, **{s: {} for s in sections(kind)}}
     hp_names = {f.name for f in dataclasses.fields(spec.config)}
     run_names = {f.name for f in dataclasses.fields(RunOptions)}
     for key, value in merged.items():
         key = _renamed(algo, key, warn=True)
         section, dot, name = key.partition(".")
-        if dot and section in SECTIONS:
+        if dot and section in groups and section not in ("hp", "run"):
             groups[section][name] = value
         elif not dot and key in hp_names:
             groups["hp"][key] = value
         elif not dot and key in run_names:
             groups["run"][key] = value
         else:
+            where = " (prefs.* keys are for `backflip prefs train`)" if section == "prefs" else ""
             raise UserError(
-                f"unknown key {key!r} for {algo}{did_you_mean(key, valid)}; valid keys: "
+                f"unknown key {key!r} for {algo}{where}{did_you_mean(key, valid)}; valid keys: "
                 + ", ".join(valid)
             )
     steps = parse_steps(steps) if steps is not None else preset_steps or spec.default_steps
@@ -771,4 +1102,6 @@ def resolve(
         run=_build(RunOptions, groups["run"], ""),
         env=_build(EnvOptions, groups["env"], "env."),
         doctor=_build(DoctorOptions, groups["doctor"], "doctor."),
+        kind=kind,
+        prefs=_build(PrefsConfig, groups["prefs"], "prefs.") if kind == "prefs" else None,
     )

@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from backflip import fastpath
+from backflip.cnns import POLICY_CNN_MIN, pick_cnn
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
 
@@ -167,11 +168,50 @@ class KeypointCNN(nn.Module):
         return self.net(x.float() / 255.0)
 
 
-def encoder(obs_shape: tuple[int, ...], cnn: str = "nature"):
+class SmallCNN(nn.Module):
+    """Frames too small for NatureCNN (MinAtar's 10x10 grids, small gridworlds): two 3x3
+    convolutions at full resolution (16 and 32 channels, the second with stride 2 on frames
+    larger than 16 pixels), ReLU, flattened into 256 features (the shape of MinAtar's own
+    network, Young & Tian 2019, one layer deeper)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], features: int = 256):
+        super().__init__()
+        c, h, w = obs_shape
+        stride = 2 if min(h, w) > 16 else 1
+        convs = nn.Sequential(
+            layer_init(nn.Conv2d(c, 16, 3, 1)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(16, 32, 3, stride)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            n = convs(torch.zeros(1, *obs_shape)).shape[-1]
+        self.net = nn.Sequential(*convs, layer_init(nn.Linear(n, features)), nn.ReLU())
+        self.out_dim = features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.float() / 255.0)
+
+
+def image_encoder(obs_shape: tuple[int, ...], cnn: str = "auto") -> str:
+    """The policy CNN that reads frames of `obs_shape` for the setting `cnn` (`auto`: NatureCNN
+    where it fits, else SmallCNN; `backflip.cnns`)."""
+    return pick_cnn(cnn, obs_shape, POLICY_CNN_MIN, "nature", "cnn")
+
+
+def encoder(obs_shape: tuple[int, ...], cnn: str = "auto"):
     """A feature extractor for `obs_shape` and its output size: identity for vectors; for images
-    `cnn`, NatureCNN (`nature`) or KeypointCNN (`keypoints`)."""
+    (C, H, W) the CNN `image_encoder` picks: NatureCNN (`nature`), KeypointCNN (`keypoints`) or
+    SmallCNN (`small`)."""
     if len(obs_shape) == 3:
-        net = KeypointCNN(obs_shape) if cnn == "keypoints" else NatureCNN(obs_shape[0])
+        name = image_encoder(obs_shape, cnn)
+        if name == "keypoints":
+            net = KeypointCNN(obs_shape)
+        elif name == "small":
+            net = SmallCNN(obs_shape)
+        else:
+            net = NatureCNN(obs_shape[0])
         return net, net.out_dim
     return nn.Identity(), int(np.prod(obs_shape))
 
@@ -203,12 +243,13 @@ class ActorCritic(nn.Module):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         sde: bool = False,
-        cnn: str = "nature",
+        cnn: str = "auto",
     ):
         super().__init__()
         self.trunk, n_in = encoder(obs_shape, cnn)
-        # NatureCNN's 512 features feed linear heads (the Atari papers); coordinates need MLPs
-        heads = () if len(obs_shape) == 3 and cnn == "nature" else tuple(hidden)
+        # a CNN's features feed linear heads (the Atari papers); coordinates need MLPs
+        image = len(obs_shape) == 3
+        heads = () if image and image_encoder(obs_shape, cnn) != "keypoints" else tuple(hidden)
         self.discrete = hasattr(action_space, "n")
         n_out = action_space.n if self.discrete else int(np.prod(action_space.shape))
         self.pi = mlp([n_in, *heads, n_out], activation, out_gain=0.01)

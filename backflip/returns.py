@@ -2,7 +2,7 @@
 
 On most runs the algorithm trains on the task's reward, so `rollout/ep_return_*`, `env/reward_*`
 and `episodes.csv` are the return people mean. A preference run (`backflip prefs train`, whose
-run config has a `prefs` section) trains the policy on a learned reward r̂ instead: there those
+run config's kind is `prefs`) trains the policy on a learned reward r̂ instead: there those
 series and `episodes.csv` hold r̂, which is standardized on recent experience every reward-model
 round and says little about the task. The task's (true) return of such a run is
 
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from backflip.config import run_kind
+
 TRAINING_RETURN = "rollout/ep_return_mean"
 """the return of recent training episodes, as the algorithm saw it"""
 TRUE_RETURN = "prefs/true_return_mean"
@@ -31,10 +33,10 @@ _LEARNED_PREFIXES = ("rollout/ep_return_", "env/reward_")
 
 
 def is_preference_run(config: dict | None, metric_names: Iterable[str] = ()) -> bool:
-    """Whether the policy trained on a learned reward: the run config has a `prefs` section, or
-    (no config at hand: a live seed, a bare seed folder, a TensorBoard log) the preference
-    pipeline's `prefs/*` metrics are among the logged names."""
-    if config and "prefs" in config:
+    """Whether the policy trained on a learned reward: the run config's kind is `prefs`
+    (`config.run_kind`), or (no config at hand: a live seed, a bare seed folder, a TensorBoard
+    log) the preference pipeline's `prefs/*` metrics are among the logged names."""
+    if config and run_kind(config) == "prefs":
         return True
     return any(name.startswith("prefs/") for name in metric_names)
 

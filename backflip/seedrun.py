@@ -15,6 +15,7 @@ final checkpoint. Nothing in here calls back into the algorithm.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -105,9 +106,12 @@ class SeedRun:
         self.timed_out = False  # stopped by `max_wall_s`: finishes like the end of the budget
         self.result: dict = {}
         self._on_row, self._on_warning, self._on_status = on_row, on_warning, on_status
-        # Wrappers put on every *training* vector env this seed makes (`make_vec`), never on the
-        # evaluation envs: how a preference run has any algorithm train on a learned reward.
-        self.vec_wrappers: list[Callable] = []
+        # The training envs' hooks (`training_envs`): a wrapper of each env copy and wrappers of
+        # the vector env, on every *training* env this seed makes (`make_vec`), never on the
+        # evaluation envs: how a preference run has any algorithm train on a learned reward
+        # with a fixed horizon.
+        self._copy_wrapper: Callable | None = None
+        self._vec_wrappers: list[Callable] = []
         # Replay buffers of an off-policy algorithm (`register_replay`), with the map from their
         # stored actions to the env's: a learned reward relabels them when its model changes.
         self.replay_buffers: list[tuple[object, Callable]] = []
@@ -141,11 +145,29 @@ class SeedRun:
 
     def make_vec(self, num_envs: int):
         """The algorithm's training envs: `num_envs` copies of the run's env (NEXT_STEP
-        autoreset, `backflip.envs.make_vec`), wrapped by `vec_wrappers` in order."""
-        envs = self._checked(make_vec(self.env_id, num_envs, self.env_opts))
-        for wrap in self.vec_wrappers:
+        autoreset, `backflip.envs.make_vec`), wrapped as `training_envs` says."""
+        envs = self._checked(
+            make_vec(self.env_id, num_envs, self.env_opts, wrap=self._copy_wrapper)
+        )
+        for wrap in self._vec_wrappers:
             envs = wrap(envs)
         return envs
+
+    @contextlib.contextmanager
+    def training_envs(self, copy: Callable | None = None, vector: Callable | None = None):
+        """Within the block, every training env the algorithm makes has each copy wrapped by
+        `copy(env)` (a gym.Env wrapper class: it is pickled into checkpoints with the envs) and
+        the vector env by `vector(envs)`. The hook a preference run trains through: a fixed
+        horizon on each copy (`envs/horizon.py`), the learned reward on the vector env
+        (`prefs/wrapper.py: LearnedReward`). Evaluation envs are never wrapped."""
+        saved = self._copy_wrapper, list(self._vec_wrappers)
+        self._copy_wrapper = copy or self._copy_wrapper
+        if vector is not None:
+            self._vec_wrappers.append(vector)
+        try:
+            yield
+        finally:
+            self._copy_wrapper, self._vec_wrappers = saved
 
     def _checked(self, envs):
         """With doctor.stop_on_nan, a NaN or infinite observation stops the seed at once, naming

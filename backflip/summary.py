@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from backflip.config import TrainConfig, resolve
+from backflip.config import TrainConfig, format_value, resolve, run_kind
 from backflip.runs.archive import waiting_seeds
 
 
@@ -49,31 +49,71 @@ def result_line(results: dict) -> str:
 
 
 def reproduce_command(record: dict) -> str:
-    """A `backflip train` command line that recreates the run's resolved configuration."""
+    """The command line that recreates the run's resolved configuration: `backflip train`, or
+    for a preference run `backflip prefs train|gather|pretrain` with its flags; each setting
+    that differs from what that command resolves by itself as `--set key=value` (parsing the
+    line back gives the same config: tests/test_prefs_config.py). On an env without a preference
+    preset the settings derived from the env are given explicitly, whatever their value: the
+    command derives them again, and a value given back to its default would otherwise be lost."""
     cfg = record["config"]
-    seeds = cfg["seeds"]
-    parts = ["backflip", "train", cfg["algo"], "--env", cfg["env_id"]]
-    contiguous = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
-    if contiguous:
-        parts += ["--seeds", str(len(seeds))] + (
-            ["--seed-start", str(seeds[0])] if seeds[0] else []
-        )
-    else:
-        parts += ["--seed-list", ",".join(map(str, seeds))]
-    parts += ["--steps", str(cfg["steps"])]
     try:
-        base = resolve(cfg["algo"], cfg["env_id"], seeds, cfg["steps"]).flat()
+        kind = run_kind(cfg)
+        parts, flags = _command_head(cfg, kind)
+        seeds = cfg["seeds"]
+        contiguous = seeds == list(range(seeds[0], seeds[0] + len(seeds)))
+        if contiguous:
+            parts += ["--seeds", str(len(seeds))] + (
+                ["--seed-start", str(seeds[0])] if seeds[0] else []
+            )
+        else:
+            parts += ["--seed-list", ",".join(map(str, seeds))]
+        parts += ["--steps", str(cfg["steps"])]
+        base = resolve(cfg["algo"], cfg["env_id"], seeds, cfg["steps"], {}, flags, kind).flat()
         current = TrainConfig.from_dict(cfg).flat()
+        always = set()
+        if kind == "prefs":
+            from backflip.prefs.derive import DERIVED_KEYS
+            from backflip.prefs.presets import PRESETS
+
+            always = set() if cfg["env_id"] in PRESETS else set(DERIVED_KEYS)
         for key, value in current.items():
-            if base.get(key) != value:
-                if isinstance(value, list | tuple):
-                    value = ",".join(map(str, value))
-                parts += ["--set", f"{key}={value}"]
+            if key in flags:
+                continue
+            if base.get(key) != value or key in always:
+                parts += ["--set", f"{key}={format_value(value)}"]
     except Exception:  # noqa: BLE001 — an algorithm removed since; show the original argv
         return shlex.join(record.get("argv", []))
     if record.get("message"):
         parts += ["-m", record["message"]]
     return shlex.join(parts)
+
+
+def _command_head(cfg: dict, kind: str) -> tuple[list[str], dict]:
+    """The command and its flags for a run of `kind`, and the settings those flags set (which
+    the resolver sees as `--set` values, so the rest is compared against them)."""
+    algo, env = cfg["algo"], cfg["env_id"]
+    if kind != "prefs":
+        return ["backflip", "train", algo, "--env", env], {}
+    prefs = cfg["prefs"]
+    stage = prefs.get("stage", "full")
+    flags: dict = {"prefs.preset": prefs.get("preset", "cpu")}
+    if stage == "pretrain":
+        head = ["backflip", "prefs", "pretrain", "--env", env]
+    elif stage == "gather":
+        head = ["backflip", "prefs", "gather", "--env", env]
+    else:
+        head = ["backflip", "prefs", "train", algo, "--env", env]
+    flags["prefs.stage"] = stage
+    head += ["--preset", flags["prefs.preset"]]
+    if prefs.get("import_from"):
+        head += ["--prefs", prefs["import_from"]]
+        flags["prefs.import_from"] = prefs["import_from"]
+    if stage == "policy":
+        head += ["--reward-model", prefs["reward_model"]]
+        flags["prefs.reward_model"] = prefs["reward_model"]
+    head += ["--labels", str(prefs.get("labels", 0)), "--labeler", prefs.get("labeler", "")]
+    flags["prefs.labels"], flags["prefs.labeler"] = prefs.get("labels", 0), prefs.get("labeler")
+    return head, flags
 
 
 def status_text(st: dict) -> str:

@@ -51,7 +51,7 @@ SELECTIONS = ("random", "disagreement", "entropy")
 
 
 def configs(env_id: str, args, home: Path) -> list[tuple[str, list[str], object, dict]]:
-    """(name, argv, TrainConfig, extra config sections) of every run of one task: PPO on the true
+    """(name, argv, TrainConfig, launch notes) of every run of one task: PPO on the true
     reward first, then each teacher × selection, built by the CLI's own argument handling."""
     from backflip.cli import build_parser
     from backflip.commands.prefs import build
@@ -67,15 +67,16 @@ def configs(env_id: str, args, home: Path) -> list[tuple[str, list[str], object,
     true_argv = ["train", "ppo", "--env", env_id, *common]
     true_argv += [x for k, v in policy.items() for x in ("--set", f"{k}={v}")]
     true_cfg = resolve("ppo", env_id, seeds, steps, dict(policy), {"eval_episodes": "20"})
-    out = [("ppo-true-reward", true_argv, true_cfg, {})]
+    out = [("ppo-true-reward", true_argv, true_cfg, [])]
     for teacher in args.teachers.split(","):
         for selection in args.selections.split(","):
             argv = ["prefs", "train", "ppo", "--env", env_id, "--labeler", f"bpref-{teacher}"]
             argv += [*common, "--set", f"prefs.selection={selection}", "--set", "prefs.mode=sync"]
             if args.labels:
                 argv += ["--labels", str(args.labels)]
-            cfg, pcfg = build(build_parser().parse_args(argv), home)
-            out.append((f"{teacher}/{selection}", argv, cfg, {"prefs": pcfg.to_dict()}))
+            notes: list[str] = []
+            cfg = build(build_parser().parse_args(argv), home, notes)
+            out.append((f"{teacher}/{selection}", argv, cfg, notes))
     return out
 
 
@@ -95,7 +96,7 @@ def run_task(task: str, args, home: Path) -> dict:
         progress=not args.no_progress,
         tags=[["prefs-teachers", task, *name.split("/")] for name, *_ in runs],
         labels=[f"{task} {name}" for name, *_ in runs],
-        extra=[more for *_, more in runs],
+        notes=[said for *_, said in runs],
     )
     by_name = {}
     for (name, argv, _, _), record in zip(runs, records, strict=True):
@@ -118,7 +119,7 @@ def run_task(task: str, args, home: Path) -> dict:
         "options": options(args),
         "steps": first.steps,
         "seeds": list(first.seeds),
-        "labels": runs[1][3]["prefs"]["labels"] if len(runs) > 1 else None,
+        "labels": runs[1][2].prefs.labels if len(runs) > 1 else None,
         "R_random": r_random,
         "R_true": r_true,
         "runs": by_name,

@@ -96,7 +96,8 @@ def score(pred: np.ndarray, true: np.ndarray) -> dict:
 def saved_models(run_dir: Path) -> None:
     """Score each seed's saved reward model (`reward_model.pt`) of a MovingDot84 preference run:
     the rewards its policy saw at the end (the ensemble's normalized mean)."""
-    from backflip.prefs.pipeline import PrefsConfig, build_reward_model
+    from backflip.config import PrefsConfig
+    from backflip.prefs.pipeline import build_reward_model
     from backflip.runs.archive import load_run
 
     record = load_run(run_dir)

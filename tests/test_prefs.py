@@ -108,7 +108,8 @@ def test_progress_rewards_the_change_of_the_learned_state_reward(tmp_path):
     from types import SimpleNamespace
 
     from backflip.buffers import ReplayBuffer
-    from backflip.prefs.pipeline import Pipeline, PrefsConfig, policy_reward
+    from backflip.config import PrefsConfig, TrainConfig, resolve
+    from backflip.prefs.pipeline import Pipeline, policy_reward
     from backflip.prefs.segments import SegmentStore
 
     rng = np.random.default_rng(0)
@@ -117,11 +118,12 @@ def test_progress_rewards_the_change_of_the_learned_state_reward(tmp_path):
     store = SegmentStore(100)
     store.add([Segment(w, np.zeros(6, np.int64), np.zeros(6)) for w in walk])
     pcfg = PrefsConfig(reward_input="progress", members=3, reward_std=2.0)
+    plain = resolve("ppo", "MovingDotLowDim-v0", [0], 1000).to_dict()  # 2 floats, 5 actions
+    cfg = TrainConfig.from_dict({**plain, "kind": "prefs", "prefs": pcfg.to_dict()})
     buffer = ReplayBuffer(50, (2,), (), act_dtype=np.int64)
     tel = SimpleNamespace(timer=lambda name: contextlib.nullcontext())
-    run = SimpleNamespace(seed=0, replay_buffers=[(buffer, lambda a: a)], tel=tel)
-    db = PreferenceDB(tmp_path / "prefs.sqlite")
-    pipe = Pipeline(pcfg, run, gym.spaces.Box(0, 1, (2,), np.float32), gym.spaces.Discrete(5), db)
+    run = SimpleNamespace(seed=0, replay_buffers=[(buffer, lambda a: a)], tel=tel, out_dir=tmp_path)
+    pipe = Pipeline(cfg, run)
     model = pipe.model
     assert not model.use_actions and model.act_dim == 0
     model.observe(walk.reshape(-1, 2))
@@ -162,7 +164,7 @@ def test_progress_rewards_the_change_of_the_learned_state_reward(tmp_path):
     pipe.model_version += 1
     pipe.relabel_replay()
     assert np.allclose(buffer.rewards[:8], expected, rtol=1e-4, atol=1e-4)
-    db.close()
+    pipe.close()
 
 
 # --- the synthetic labeler ----------------------------------------------------------------------------
@@ -346,8 +348,8 @@ def test_learned_reward_wraps_training_envs_only():
             Const.calls += 1
 
     run = SeedRun(resolve("ppo", "CartPole-v1", [0], 1000), 0)
-    run.vec_wrappers.append(lambda env: LearnedReward(env, Const()))
-    train = run.make_vec(2)  # what an algorithm trains on, through the seam
+    with run.training_envs(vector=lambda env: LearnedReward(env, Const())):
+        train = run.make_vec(2)  # what an algorithm trains on, through the seam
     evaluation = make_vec("CartPole-v1", 2, evaluation=True)  # what `run.evaluate` uses
     plain = SeedRun(resolve("ppo", "CartPole-v1", [0], 1000), 0).make_vec(2)  # another seed
     for envs in (train, evaluation, plain):

@@ -9,10 +9,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from backflip.config import PrefsConfig
 from backflip.errors import UserError
 from backflip.prefs.db import LABELS, PreferenceDB, Segment
-from backflip.prefs.labelers import Teacher, oracle_choice, synthetic_label
-from backflip.prefs.pipeline import PrefsConfig
+from backflip.prefs.labelers import Teacher, oracle_choice, synthetic_label, teacher_for
 from backflip.prefs.reward_model import RewardModel
 from backflip.prefs.segments import SegmentStore, binary_entropy, k_center, select_pairs
 from backflip.prefs.teacher_fit import fit_beta_eps, fit_labeler, fit_run
@@ -154,13 +154,13 @@ def test_myopic_teacher_weighs_the_end_of_the_segments_more():
 
 
 def test_named_teachers_settings_and_the_stored_spec():
-    assert PrefsConfig(labeler="bpref-stoc").teacher() == Teacher(beta=1.0)
-    assert PrefsConfig(labeler="bpref-myopic").teacher() == Teacher(gamma=0.9)
-    assert PrefsConfig(labeler="bpref-mistake", teacher_mistake=0.2).teacher() == Teacher(
+    assert teacher_for(PrefsConfig(labeler="bpref-stoc")) == Teacher(beta=1.0)
+    assert teacher_for(PrefsConfig(labeler="bpref-myopic")) == Teacher(gamma=0.9)
+    assert teacher_for(PrefsConfig(labeler="bpref-mistake", teacher_mistake=0.2)) == Teacher(
         mistake=0.2
     )
-    assert PrefsConfig(labeler="synthetic", error_rate=0.1).teacher() == Teacher(error_rate=0.1)
-    assert PrefsConfig().teacher().spec == "synthetic"  # the oracle's labels look as before
+    assert teacher_for(PrefsConfig(labeler="synthetic", error_rate=0.1)) == Teacher(error_rate=0.1)
+    assert teacher_for(PrefsConfig()).spec == "synthetic"  # the oracle's labels look as before
     t = Teacher(beta=2.0, gamma=0.9, mistake=0.1, skip=0.1, equal=0.1, error_rate=0.05)
     assert (
         t.spec == "synthetic(beta=2, gamma=0.9, mistake=0.1, skip=0.1, equal=0.1, error_rate=0.05)"

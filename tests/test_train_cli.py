@@ -32,7 +32,7 @@ def test_seeds_default_to_five_where_results_get_an_interval(tmp_path):
     from backflip.commands.prefs import build
 
     def seeds(*args):
-        return build(parser.parse_args(["prefs", "train", "ppo", *args]), tmp_path)[0].seeds
+        return build(parser.parse_args(["prefs", "train", "ppo", *args]), tmp_path).seeds
 
     assert seeds("--env", "MovingDotLowDim-v0") == [0, 1, 2, 3, 4]
     assert seeds("--env", "MovingDotLowDim-v0", "--labeler", "human") == [0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from backflip.commands import add_home, print_json
 from backflip.errors import UserError
-from backflip.runs.layout import seed_dir
+from backflip.runs.layout import PREFS_DB, seed_dir
 
 # the library is imported inside functions: `backflip --help` imports every command module
 
@@ -28,20 +28,16 @@ def register(stages) -> None:
 
 
 def run(args) -> int:
+    from backflip.prefs.db import preference_seeds
     from backflip.prefs.teacher_fit import fit_run, format_fit
     from backflip.runs.archive import home_dir, load_run
     from backflip.runs.index import resolve_run
 
     run_dir = resolve_run(home_dir(args.home), args.run)
     record = load_run(run_dir)
-    if "prefs" not in record.get("config", {}):
-        raise UserError(f"run {record['id']} is not a preference run (backflip prefs train ...)")
-    seeds = record["config"]["seeds"]
-    if args.seed is not None:
-        if args.seed not in seeds:
-            raise UserError(f"run {record['id']} has seeds {seeds}, not {args.seed}")
-        seeds = [args.seed]
-    seeds = [s for s in seeds if (seed_dir(run_dir, s) / "prefs.sqlite").exists()]
+    seeds = [
+        s for s in preference_seeds(record, args.seed) if (seed_dir(run_dir, s) / PREFS_DB).exists()
+    ]
     if not seeds:
         raise UserError(f"run {record['id']} has no preference database yet")
     fits = fit_run(run_dir, seeds, gamma=not args.no_gamma)

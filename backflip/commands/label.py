@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from backflip.commands import add_home, add_server
 from backflip.errors import UserError
-from backflip.runs.layout import seed_dir
+from backflip.runs.layout import PREFS_DB, seed_dir
 
 # the library is imported inside functions: `backflip --help` imports every command module
 
@@ -26,6 +26,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from backflip.prefs.db import preference_seeds
     from backflip.runs.archive import home_dir, load_run
     from backflip.runs.index import resolve_run
     from backflip.ui.app import running_ui, serve
@@ -33,13 +34,8 @@ def run(args) -> int:
     home = home_dir(args.home)
     run_dir = resolve_run(home, args.run)
     record = load_run(run_dir)
-    if "prefs" not in record.get("config", {}):
-        raise UserError(f"run {record['id']} is not a preference run (backflip prefs train ...)")
-    seeds = record["config"]["seeds"]
-    seed = seeds[0] if args.seed is None else args.seed
-    if seed not in seeds:
-        raise UserError(f"run {record['id']} has seeds {seeds}, not {seed}")
-    if not (seed_dir(run_dir, seed) / "prefs.sqlite").exists():
+    seed = preference_seeds(record, args.seed)[0]
+    if not (seed_dir(run_dir, seed) / PREFS_DB).exists():
         raise UserError(f"no preference database yet for seed {seed} (has the seed started?)")
     if run_dir.parent.resolve() != home.resolve():
         raise UserError(f"run {record['id']} is not in the archive {home} (use --home)")

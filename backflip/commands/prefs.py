@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from backflip.commands import add_home, add_sets, add_workers, check_reward, fit_teacher
@@ -82,11 +83,11 @@ def _common(p) -> None:
     add_home(p)
 
 
-def build(args, home):
-    """(TrainConfig, PrefsConfig) from the arguments: presets < --config < --set < flags."""
-    from backflip.config import _build, load_config_file, parse_sets, resolve
-    from backflip.prefs.pipeline import PrefsConfig
-    from backflip.prefs.presets import PAPER, preset_for
+def build(args, home, notes: list[str] | None = None):
+    """The run's TrainConfig (kind prefs) from the arguments, through the one resolver
+    (`config.resolve`): settings derived from the env (no preset) < presets < --config < --set <
+    the flags. `notes` receives the lines to say at launch (the horizon, the derived settings)."""
+    from backflip.config import load_config_file, parse_sets, resolve
     from backflip.runs.archive import load_run
     from backflip.runs.index import resolve_run
 
@@ -100,64 +101,97 @@ def build(args, home):
             raise UserError("prefs pretrain needs --prefs FROM_RUN (the labels to fit)")
         env = env or load_run(source)["config"]["env_id"]
     file_values = load_config_file(args.config) if args.config else {}
-    file_prefs = file_values.pop("prefs", {}) or {}
-    sets = parse_sets(args.sets)
-    set_prefs = {k[6:]: v for k, v in sets.items() if k.startswith("prefs.")}
-    sets = {k: v for k, v in sets.items() if not k.startswith("prefs.")}
-    device = str(sets.get("device", file_values.get("device", "cpu")))
-    name = (
-        getattr(args, "preset", None)
-        or set_prefs.pop("preset", None)
-        or file_prefs.pop("preset", None)
-        or ("paper" if device.startswith("cuda") and env in PAPER else "cpu")
-    )
-    set_prefs.pop("preset", None)
-    file_prefs.pop("preset", None)
-    preset = preset_for(env, name)
-    # an algorithm's entry may set its own budget and pipeline settings (SAC needs fewer steps)
-    policy_preset = dict(preset.get("policy", {}).get(algo, {}))
-    algo_steps, algo_prefs = policy_preset.pop("steps", None), policy_preset.pop("prefs", {})
-    steps = args.steps or file_values.pop("steps", None) or algo_steps or preset.get("steps")
-    if args.seeds is None:  # the statistics want 5 seeds; a person labels each one
-        labeler = args.labeler or {
-            "labeler": "synthetic",
-            **preset.get("prefs", {}),
-            **algo_prefs,
-            **file_prefs,
-            **set_prefs,
-        }.get("labeler")
-        args.seeds = 1 if labeler == "human" else DEFAULT_SEEDS
-    cfg = resolve(algo, env, seeds_from(args), steps, {**policy_preset, **file_values}, sets)
-    values = {
-        **preset.get("prefs", {}),
-        **algo_prefs,
-        **file_prefs,
-        **set_prefs,
-        "stage": stage,
-        "preset": name,
-    }
-    if stage == "full" and frozen is not None:
-        values["stage"] = "policy"
-    for flag, key in (("labeler", "labeler"), ("labels", "labels")):
-        if getattr(args, flag, None) is not None:
-            values[key] = getattr(args, flag)
-    if source is not None:
-        values["import_from"] = str(source.resolve())
-    if frozen is not None:
-        values["reward_model"] = str(frozen.resolve())
-        if getattr(args, "labels", None) is None and "labels" not in {**file_prefs, **set_prefs}:
-            values["labels"] = 0  # a preset's label budget is not asked for on a frozen model
-    pcfg = _build(PrefsConfig, values, "prefs.")
-    if pcfg.action_input == "heads":  # refused here, not in every seed's process
-        from backflip.envs import make_env
-        from backflip.prefs.pipeline import check_action_input
+    sets = {**parse_sets(args.sets), **flag_values(args, stage, source, frozen)}
+    if frozen is not None and "prefs.labels" not in {**file_values, **sets}:
+        sets["prefs.labels"] = 0  # a preset's label budget is not asked of a frozen model
+    start = [args.seed_start] if args.seed_list is None else seeds_from(args)
 
-        probe = make_env(cfg.env_id, cfg.env)
-        check_action_input(pcfg, probe.action_space)
-        probe.close()
-    if pcfg.stage == "policy" and pcfg.labels:
-        raise UserError("--reward-model trains on a frozen model: drop --labels (or use --prefs)")
-    return cfg, pcfg
+    def resolved(derived=None):
+        return resolve(algo, env, start, args.steps, file_values, sets, "prefs", derived)
+
+    from backflip.prefs.derive import look
+    from backflip.prefs.presets import PRESETS
+
+    cfg = resolved()
+    facts = look(cfg.env_id, cfg.env)
+    if cfg.env_id not in PRESETS:  # an env without a preset: settings derived from the env
+        derived = env_settings(cfg, facts, notes)
+        env_before = cfg.env
+        cfg = resolved({k: v for k, (v, _) in derived.items()})
+        if cfg.env != env_before:  # a time limit given: look at the episodes it makes
+            facts = look(cfg.env_id, cfg.env)
+    if args.seeds is None and args.seed_list is None:  # 5 for statistics; a person labels each
+        args.seeds = 1 if cfg.prefs.labeler == "human" else DEFAULT_SEEDS
+    cfg = dataclasses.replace(cfg, seeds=seeds_from(args))
+    return fix_horizon(cfg, facts, notes)
+
+
+def flag_values(args, stage: str, source, frozen) -> dict[str, object]:
+    """The command's shortcuts as the settings they stand for (above --set)."""
+    out: dict[str, object] = {"prefs.stage": "policy" if frozen is not None else stage}
+    if getattr(args, "preset", None):
+        out["prefs.preset"] = args.preset
+    for flag in ("labeler", "labels"):
+        if getattr(args, flag, None) is not None:
+            out[f"prefs.{flag}"] = getattr(args, flag)
+    if source is not None:
+        out["prefs.import_from"] = str(source.resolve())
+    if frozen is not None:
+        out["prefs.reward_model"] = str(frozen.resolve())
+    return out
+
+
+def env_settings(cfg, facts, notes: list[str] | None) -> dict:
+    """Settings derived from the env (`prefs.derive`), for an env without a preference preset;
+    they go to `notes` one line each."""
+    from backflip.prefs.derive import derived_settings
+
+    derived = derived_settings(facts, cfg.steps)
+    if notes is not None:
+        notes.append(
+            f"{cfg.env_id} has no preference preset: settings derived from the env "
+            '(a preset, --config or --set overrides each; docs/preferences.md, "Your own env"):'
+        )
+        notes += [f"  {key}={value}: {why}" for key, (value, why) in derived.items()]
+    return derived
+
+
+def fix_horizon(cfg, facts, notes: list[str] | None):
+    """`prefs.horizon=auto` made concrete (absorb), checked against the env (a fixed horizon
+    needs a time limit), and said in one line; the CNNs checked against the frames."""
+    from backflip.envs import episode_limit
+    from backflip.envs.horizon import horizon_treatment
+    from backflip.prefs.derive import horizon_line
+
+    pcfg = cfg.prefs
+    treatment = horizon_treatment(pcfg)
+    horizon = episode_limit(cfg.env_id, cfg.env)
+    if treatment != "variable" and horizon is None:
+        raise UserError(
+            f"{cfg.env_id} has no time limit: prefs.horizon={treatment} needs one "
+            "(--set env.max_episode_steps=N)"
+        )
+    check_networks(cfg, facts)
+    if notes is not None and pcfg.stage != "pretrain":
+        notes.append(horizon_line(facts, treatment, horizon or 0))
+    prefs = dataclasses.replace(pcfg, horizon=treatment)
+    return dataclasses.replace(cfg, prefs=prefs)
+
+
+def check_networks(cfg, facts) -> None:
+    """The policy's and the reward model's networks fit the env (one line, before the run is
+    created, never a PyTorch shape error in a seed): the CNNs fit its frames, action heads have
+    discrete actions to pick from."""
+    from backflip.cnns import POLICY_CNN_MIN, REWARD_CNN_MIN, pick_cnn
+    from backflip.prefs.derive import check_action_input
+
+    check_action_input(cfg.prefs, facts.discrete, facts.action_space)
+    obs_shape = facts.obs_shape
+    if len(obs_shape) != 3:
+        return
+    if hasattr(cfg.hp, "cnn"):
+        pick_cnn(cfg.hp.cnn, obs_shape, POLICY_CNN_MIN, "nature", "cnn")
+    pick_cnn(cfg.prefs.cnn, obs_shape, REWARD_CNN_MIN, "paper", "prefs.cnn")
 
 
 def ask_task(pcfg, interactive: bool) -> None:
@@ -177,7 +211,6 @@ def ask_task(pcfg, interactive: bool) -> None:
 
 
 def run(args) -> int:
-    from backflip.config import describe, format_value
     from backflip.runs.archive import home_dir
 
     if not args.stage:
@@ -187,22 +220,24 @@ def run(args) -> int:
         )
         return 2
     home = home_dir(args.home, create=True)
-    cfg, pcfg = build(args, home)
+    notes: list[str] = []
+    cfg = build(args, home, notes)
+    pcfg = cfg.prefs
     if args.list_keys:
-        list_keys(cfg)
-        print("# PrefsConfig")
-        for name, tp, _default, doc in describe(type(pcfg)):  # key=value as --set takes it
-            print(f"  prefs.{name}={format_value(getattr(pcfg, name))}  ({tp}) {doc}")
-        return 0
+        for line in notes:
+            print(f"# {line}")
+        return list_keys(cfg)
     ask_task(pcfg, sys.stdin.isatty() and not args.json)
     from backflip.prefs.presets import PAPER
 
     if cfg.env_id in PAPER:
         other = {"cpu": "the paper's GPU-scale settings: --preset paper", "paper": "--preset cpu"}
-        print(
-            f"preset {pcfg.preset} for {cfg.env_id} ({other[pcfg.preset]}; docs/preferences.md)",
-            file=sys.stderr,
+        notes.insert(
+            0, f"preset {pcfg.preset} for {cfg.env_id} ({other[pcfg.preset]}; docs/preferences.md)"
         )
+    for line in notes:
+        warn = line.startswith("horizon: variable")
+        print(f"warning: {line}" if warn else line, file=sys.stderr, flush=True)
     if pcfg.mode == "async":
         print(
             "note: prefs.mode=async trains the reward model beside the policy in a second "
@@ -228,6 +263,6 @@ def run(args) -> int:
         not args.no_progress,
         tags=["prefs", *args.tag],
         as_json=args.json,
-        extra={"prefs": pcfg.to_dict()},
+        notes=notes,
         on_created=where_to_label,
     )

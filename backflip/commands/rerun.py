@@ -44,7 +44,7 @@ def run(args) -> int:
         rerun_of=original["id"],
         tags=original.get("tags"),
         as_json=args.json,
-        extra={k: original["config"][k] for k in ("prefs",) if k in original["config"]},
+        notes=original.get("notes"),
         backend=args.backend,
         address=backend_address(args),
     )

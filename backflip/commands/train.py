@@ -136,7 +136,7 @@ def execute(
     rerun_of=None,
     tags=None,
     as_json=False,
-    extra=None,
+    notes=None,
     backend="local",
     address=None,
     surprise=None,
@@ -145,8 +145,9 @@ def execute(
 ) -> int:
     """Validate, launch, summarize: shared by `train`, `rerun` and `prefs train`.
 
-    `extra`: more config sections to store with the run (`prefs`); `on_created(run_dir)` runs
-    once the run exists, after its id is printed."""
+    `notes`: lines said at launch that the run record keeps (`notes`: a preference run's
+    horizon, the settings derived from its env); `on_created(run_dir)` runs once the run exists,
+    after its id is printed."""
     from backflip.algos import get_algo
     from backflip.config import check_device
     from backflip.envs import AtariProtocolWarning, check_supported
@@ -172,7 +173,7 @@ def execute(
     answer = premortem(expected, surprise, ask=ask and not as_json)
 
     def created(run_dir):
-        what = f"{cfg.algo} on learned reward" if extra and "prefs" in extra else cfg.algo
+        what = f"{cfg.algo} on learned reward" if cfg.kind == "prefs" else cfg.algo
         if answer is not None:  # before any seed starts, so finalize_run keeps it
             with run_lock(run_dir):
                 record = read_record(run_dir)
@@ -197,7 +198,7 @@ def execute(
         rerun_of=rerun_of,
         tags=tags,
         on_created=created,
-        extra=extra,
+        notes=notes,
         backend=backend,
         address=address,
     )
@@ -226,11 +227,12 @@ def check_backend(backend: str, address: str | dict | None) -> None:
 
 def list_keys(cfg) -> int:
 
-    from backflip.config import SECTIONS, RunOptions, describe, domain_of, format_value
+    from backflip.config import RunOptions, describe, domain_of, format_value, sections
 
     current = cfg.flat()
-    sections = [("", type(cfg.hp)), ("", RunOptions)] + [(f"{k}.", c) for k, c in SECTIONS.items()]
-    for prefix, cls in sections:
+    parts = [("", type(cfg.hp)), ("", RunOptions)]
+    parts += [(f"{k}.", c) for k, c in sections(cfg.kind).items()]
+    for prefix, cls in parts:
         print(f"# {cls.__name__}")
         for name, tp, _default, doc in describe(cls):
             value = current[prefix + name]

@@ -46,7 +46,9 @@ class LiveDoctor:
             hp=dataclasses.asdict(cfg.hp),
             env_opts=dataclasses.asdict(cfg.env),
             budget=cfg.steps,
+            prefs=cfg.prefs.to_dict() if cfg.prefs is not None else {},
         )
+        self.preference = cfg.kind == "prefs"
 
     def __call__(self, step: int, row: dict) -> list[str]:
         for name, value in row.items():
@@ -65,8 +67,9 @@ class LiveDoctor:
             k: (np.asarray(self._steps[k]), np.asarray(self._values[k], np.float64))
             for k in self._steps
         }
-        # the seed's config does not say whether it trains on a learned reward; its rows do
-        self.data.learned_reward = is_preference_run(None, self.data.metrics)
+        # the seed's kind says whether it trains on a learned reward (rows say it for a config
+        # built by hand)
+        self.data.learned_reward = self.preference or is_preference_run(None, self.data.metrics)
         try:
             findings = diagnose(self.data, live=True)
         except Exception:  # noqa: BLE001 — the doctor must never stop a training run

@@ -1800,8 +1800,9 @@ def reward_model_gamed(d: RunData):
     entry="20",
     reads=("prefs/labeled_segments", "prefs/labeled_gains", "prefs/labeled_losses"),
     threshold="at the last row: >= 100 labeled segments, >= 10% of them with a true return of "
-    "exactly 0 (a sparse reward), one sign of true return on < 2% of them and the other on "
-    ">= 20%",
+    "exactly 0 (a sparse reward), one sign of true return on < 2% of them but at least one (so "
+    "the env does give it: a reward that is never negative, or an absorbing state's 0, is not "
+    "one-sided) and the other on >= 20%",
     cause="the clips asked about come from the policy (and the random one before it), which "
     "seldom gains reward (or seldom loses it): the model is shown one side of the task and "
     "learns it alone: to avoid losing, not to win (Pong from preferences: 13 of 2,582 labeled "
@@ -1822,7 +1823,7 @@ def labels_one_sided(d: RunData):
     if shown < 100 or (shown - gains - losses) < 0.1 * shown:
         return None
     rare, common = sorted([("gained", gains), ("lost", losses)], key=lambda x: x[1])
-    if rare[1] >= 0.02 * shown or common[1] < 0.2 * shown:
+    if rare[1] >= 0.02 * shown or common[1] < 0.2 * shown or rare[1] == 0:
         return None
     return Hit(
         "warning",
@@ -1832,6 +1833,99 @@ def labels_one_sided(d: RunData):
         metric="prefs/labeled_segments",
         step=int(series[0][0][-1]),
         evidence={"labeled_segments": shown, "gains": gains, "losses": losses},
+    )
+
+
+KOSTRIKOV = "Kostrikov et al. 2019, 'Discriminator-Actor-Critic' (absorbing states)"
+
+
+@rule(
+    "prefs-variable-horizon",
+    entry="20",
+    reads=("prefs/env_terminations", "prefs/terminated_frac"),
+    threshold="a preference run with prefs.horizon=variable whose env ended at least one "
+    "training episode early (terminated, before its time limit)",
+    cause="episodes that end when the env ends them have a length that carries reward: a "
+    "learned reward standardized to mean 0 pays for staying alive where it is mostly "
+    "positive (survival bias: an env that ends at failure is 'solved' by surviving whatever "
+    "r̂ says) and for ending early where it is mostly negative (the mirror: an env that ends "
+    "at success learns never to finish); the reward model never sees the end",
+    check_next="prefs.horizon=absorb (the default: the episode goes on in an absorbing state "
+    "the reward model sees) or restart; prefs/len_return_corr",
+    source=f"Christiano et al. 2017 (termination removed); {KOSTRIKOV}",
+    live=True,
+)
+def prefs_variable_horizon(d: RunData):
+    if not d.learned_reward or d.prefs.get("horizon") != "variable":
+        return None
+    if (s := d.get("prefs/env_terminations")) is None:
+        return None
+    steps, ends = finite(s)
+    if not len(ends) or ends[-1] < 1:
+        return None
+    frac = d.get("prefs/terminated_frac")
+    share = f" ({fmt(100 * float(frac[1][-1]), 0)}% of the last episodes)" if frac else ""
+    return Hit(
+        "warning",
+        f"the env ended {int(ends[-1]):,} training episodes early{share} while episodes were "
+        "variable (prefs.horizon=variable): their length can carry the learned reward",
+        metric="prefs/env_terminations",
+        step=int(steps[-1]),
+        evidence={"terminations": float(ends[-1])},
+    )
+
+
+@rule(
+    "prefs-length-bias",
+    entry="20",
+    reads=("prefs/len_return_corr", "reward_model/segment_corr"),
+    threshold="preference runs: |correlation of episode length with learned return| >= 0.8 "
+    "(median over the last quarter of rows, >= 6 rows) while the reward model's segment "
+    "correlation with the true reward is < 0.5 there; an error when the true return did not "
+    "improve, else a warning",
+    cause="the episode's length, not the reward model, decides what the policy is paid: "
+    "survival bias when longer episodes earn more learned return (the agent is paid for "
+    "staying alive), its mirror when shorter ones do (paid for ending the episode)",
+    check_next="prefs.horizon=absorb (a fixed horizon, the end an absorbing state the reward "
+    "model judges); prefs/terminated_frac, backflip prefs check-reward RUN",
+    source=f"{KOSTRIKOV}; Christiano et al. 2017",
+    live=True,
+)
+def prefs_length_bias(d: RunData):
+    if not d.learned_reward or (s := d.get("prefs/len_return_corr")) is None:
+        return None
+    steps, corr = finite(s)
+    if len(corr) < 6:
+        return None
+    late = float(np.median(corr[-max(len(corr) // 4, 3) :]))
+    if abs(late) < 0.8:
+        return None
+    seg = d.get("reward_model/segment_corr")
+    seg_late = None
+    if seg is not None:
+        _, sv = finite(seg)
+        if len(sv):
+            seg_late = float(np.median(sv[-max(len(sv) // 4, 3) :]))
+            if seg_late >= 0.5:
+                return None
+    survival = late > 0
+    what = (
+        "survival bias: longer episodes earn more learned return, so the agent is paid for "
+        "staying alive whatever the reward model judges"
+        if survival
+        else "its mirror: shorter episodes earn more learned return, so the agent is paid for "
+        "ending the episode"
+    )
+    true = progress(d)
+    wrong = true is not None and not true.improved and d.end >= 0.5 * d.horizon
+    seen_seg = f", segment correlation {fmt(seg_late)}" if seg_late is not None else ""
+    return Hit(
+        "error" if wrong else "warning",
+        f"episode length and learned return correlate at {fmt(late)}{seen_seg}: {what}"
+        + (f"; the {true.describe()}" if true is not None else ""),
+        metric="prefs/len_return_corr",
+        step=int(steps[-1]),
+        evidence={"len_return_corr": late, "segment_corr": seg_late, "survival": survival},
     )
 
 

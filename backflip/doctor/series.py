@@ -85,6 +85,8 @@ class RunData:
     learned_reward: bool = False
     """the policy trained on a learned reward r̂ (a preference run: `backflip.returns.
     is_preference_run`); rollout/ep_return_*, env/reward_* and episodes.csv then hold r̂"""
+    prefs: dict = field(default_factory=dict)
+    """a preference run's settings (its config's prefs section), when known"""
 
     def get(self, name: str) -> Series | None:
         """A series with at least one point, or None."""

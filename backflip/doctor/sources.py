@@ -144,6 +144,7 @@ def load_seed(folder: Path, config: dict | None = None, label: str | None = None
         budget=config.get("steps"),
         status=status,
         learned_reward=is_preference_run(config, metrics),
+        prefs=config.get("prefs") or {},
     )
 
 

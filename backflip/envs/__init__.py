@@ -161,7 +161,7 @@ def check_supported(algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOpt
     if space_kind(act) not in kinds:
         need = " or ".join({"discrete": "Discrete", "box": "Box"}[k] for k in kinds)
         raise UserError(f"{algo} needs a {need} action space; {env_id} has {act}")
-    if not isinstance(obs, gym.spaces.Box):
+    if not isinstance(obs, gym.spaces.Box):  # adapt_observations refuses first, in one line
         raise UserError(f"{env_id} has observation space {obs}, which backflip can't encode yet")
     if isinstance(act, gym.spaces.Box) and not np.issubdtype(act.dtype, np.floating):
         raise UserError(
@@ -176,9 +176,14 @@ def make_env(
     opts: EnvOptions | None = None,
     render_mode: str | None = None,
     evaluation: bool = False,
+    wrap=None,
     **kwargs,
 ) -> gym.Env:
     """One environment copy with the `env.*` option wrappers applied.
+
+    Observations are adapted for backflip's networks (`adapt_observations`: one-hot, flattened,
+    frames as (C, H, W) bytes). `wrap(env)`, if given, goes on the env before them (a
+    preference run's fixed horizon, `envs.horizon`: training envs only).
 
     ALE ids get the standard Atari preprocessing (`backflip.envs.atari`) unless `env.atari` is
     off; with `evaluation`, whole games and raw scores (no episodic life, no reward clipping).
@@ -210,14 +215,9 @@ def make_env(
             raise UserError(
                 f"{env_id} preprocessing needs OpenCV: pip install 'backflip[atari]'"
             ) from None
-    if isinstance(env.observation_space, gym.spaces.Discrete):
-        env = wrappers.OneHotObservation(env)
-    if (
-        isinstance(env.observation_space, gym.spaces.Box)
-        and env.observation_space.dtype != np.float32
-        and len(env.observation_space.shape) == 1
-    ):
-        env = wrappers.FloatObservation(env)
+    if wrap is not None:  # a preference run's fixed horizon (`envs.horizon`), on training envs
+        env = wrap(env)
+    env = adapt_observations(env, opts.obs_layout, env_id)
     if opts.frame_diff:
         env = wrappers.FrameDifference(env)
     if opts.obs_scale != 1.0 or opts.obs_shift != 0.0:
@@ -231,10 +231,42 @@ def make_env(
     return env
 
 
+def adapt_observations(env: gym.Env, layout: str = "auto", env_id: str = "") -> gym.Env:
+    """The env with observations backflip's networks read (`wrappers.observation_layout`):
+    Discrete one-hot; Tuple, Dict, MultiDiscrete, MultiBinary and small or many-axis Boxes
+    flattened (Gymnasium's `FlattenObservation`, discrete parts one-hot); frames of any layout,
+    size and dtype as (C, H, W) uint8 (`ImageObservation`); vectors as float32. A space none of
+    these serve (Text, a Dict holding a frame, ...) is a UserError naming it."""
+    space = env.observation_space
+    try:
+        kind = wrappers.observation_layout(space, layout)
+    except ValueError as e:
+        raise UserError(
+            f"{env_id or 'this env'} has observation space {space}, which backflip can't encode: "
+            f"{e}"
+        ) from None
+    if kind == "one_hot":
+        return wrappers.OneHotObservation(env)
+    if kind == "flatten":
+        env = gym.wrappers.FlattenObservation(env)
+    elif kind in ("channels_first", "channels_last"):
+        if kind == "channels_first" and space.dtype == np.uint8 and len(space.shape) == 3:
+            return env  # already what the CNNs read (Atari's stacked frames, MovingDot84)
+        return wrappers.ImageObservation(env, channels_last=kind == "channels_last")
+    if env.observation_space.dtype != np.float32:
+        env = wrappers.FloatObservation(env)
+    return env
+
+
 def make_vec(
-    env_id: str, num_envs: int, opts: EnvOptions | None = None, evaluation: bool = False
+    env_id: str,
+    num_envs: int,
+    opts: EnvOptions | None = None,
+    evaluation: bool = False,
+    wrap=None,
 ) -> gym.vector.VectorEnv:
-    """`num_envs` copies stepping in lockstep (NEXT_STEP autoreset); `evaluation` as `make_env`.
+    """`num_envs` copies stepping in lockstep (NEXT_STEP autoreset); `evaluation` and `wrap` as
+    `make_env` (with `wrap`, always Gymnasium's SyncVectorEnv of wrapped copies).
 
     Uses the env's own vectorized implementation when it has one, no option wrapper is active
     and there are several copies (Gymnasium's CartPoleVectorEnv is faster than SyncVectorEnv for
@@ -244,15 +276,20 @@ def make_vec(
     """
     opts = opts or EnvOptions()
     spec = check_env_id(env_id)
-    if spec.vector_entry_point is not None and opts == EnvOptions() and num_envs > 1:
+    if (
+        spec.vector_entry_point is not None
+        and opts == EnvOptions()
+        and num_envs > 1
+        and wrap is None
+    ):
         env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point")
-    elif not evaluation and atari.vector_env_fits(spec, opts):
+    elif not evaluation and wrap is None and atari.vector_env_fits(spec, opts):
         env = atari.vector_env(spec, num_envs, opts)
     else:
         env = gym.vector.SyncVectorEnv(
             # a partial, not a lambda: the envs pickle into checkpoints (exact resume)
             [
-                functools.partial(make_env, env_id, opts, evaluation=evaluation)
+                functools.partial(make_env, env_id, opts, evaluation=evaluation, wrap=wrap)
                 for _ in range(num_envs)
             ],
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,

@@ -43,4 +43,4 @@ class CartPoleFixedHorizon(gym.Wrapper):
         return obs, float(reward), False, self.t >= self.max_steps, info
 
 
-gym.register("CartPoleFixedHorizon-v1", entry_point=CartPoleFixedHorizon)
+gym.register("CartPoleFixedHorizon-v1", entry_point=CartPoleFixedHorizon, max_episode_steps=500)

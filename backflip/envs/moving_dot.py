@@ -93,6 +93,11 @@ class MovingDot(gym.Env):
         return draw(self.pos)
 
 
-gym.register("MovingDot-v0", entry_point=MovingDot, kwargs={"obs": "rgb"})
-gym.register("MovingDotLowDim-v0", entry_point=MovingDot, kwargs={"obs": "position"})
-gym.register("MovingDot84-v0", entry_point=MovingDot, kwargs={"obs": "gray84"})
+# the time limit is the env's own (it truncates itself at `max_steps`), stated for whoever reads
+# the spec (a preference run's fixed horizon, `envs.episode_limit`)
+for _id, _obs in (
+    ("MovingDot-v0", "rgb"),
+    ("MovingDotLowDim-v0", "position"),
+    ("MovingDot84-v0", "gray84"),
+):
+    gym.register(_id, entry_point=MovingDot, kwargs={"obs": _obs}, max_episode_steps=1000)

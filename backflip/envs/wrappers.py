@@ -102,3 +102,94 @@ class FiniteObservations(gym.vector.VectorWrapper):
             f"observation{list(element)} = {a[where]} — stopping this seed "
             "(doctor.stop_on_nan=false to go on)"
         )
+
+
+class ImageObservation(gym.ObservationWrapper):
+    """Frames as backflip's CNNs read them: (C, H, W) uint8. A channels-last frame (H, W, C),
+    Gymnasium's convention (MinAtar's 10x10x4 booleans, rendered RGB), is transposed; a 2-D frame
+    gets one channel; booleans become 0/255 and floats with finite bounds are mapped from
+    [low, high] to [0, 255] (`observation_layout` decides which observations are frames)."""
+
+    def __init__(self, env, channels_last: bool):
+        super().__init__(env)
+        box = env.observation_space
+        self.channels_last = channels_last
+        self.dtype = box.dtype
+        shape = box.shape if len(box.shape) == 3 else (*box.shape, 1)
+        if channels_last or len(box.shape) == 2:
+            h, w, c = shape
+        else:
+            c, h, w = shape
+        self.low = self.span = None
+        if np.issubdtype(box.dtype, np.floating):
+            low, high = float(np.min(box.low)), float(np.max(box.high))
+            self.low, self.span = low, max(high - low, 1e-12)
+        self.observation_space = gym.spaces.Box(0, 255, (c, h, w), np.uint8)
+
+    def observation(self, obs):
+        x = np.asarray(obs)
+        if x.ndim == 2:
+            x = x[..., None]
+        if self.channels_last or np.asarray(obs).ndim == 2:
+            x = np.moveaxis(x, -1, 0)
+        if x.dtype == np.bool_:
+            return x.astype(np.uint8) * np.uint8(255)
+        if self.span is not None:
+            x = (x.astype(np.float32) - self.low) * (255.0 / self.span)
+            return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+        return np.ascontiguousarray(x, np.uint8)
+
+
+def observation_layout(space: gym.Space, layout: str = "auto") -> str:
+    """What backflip makes of an observation space: `vector` (a Box of numbers, as it is),
+    `channels_first` or `channels_last` (a frame), `one_hot` (Discrete), `flatten` (Tuple, Dict,
+    MultiDiscrete, MultiBinary or a small matrix: Gymnasium's `FlattenObservation`, discrete
+    parts one-hot). `layout` (`env.obs_layout`) overrides the guess for a 2-D or 3-D Box.
+    Raises ValueError, with the reason, for a space no network here can read."""
+    if isinstance(space, gym.spaces.Discrete):
+        return "one_hot"
+    if isinstance(space, gym.spaces.Box):
+        shape = space.shape
+        if layout != "auto":
+            if layout != "vector" and len(shape) not in (2, 3):
+                raise ValueError(f"env.obs_layout={layout} needs 2-D or 3-D observations")
+            return "flatten" if layout == "vector" and len(shape) > 1 else layout
+        if len(shape) <= 1:
+            return "vector"
+        if len(shape) > 3:
+            return "flatten"
+        if not _frame_like(space):
+            return "flatten"
+        if len(shape) == 2:
+            return "channels_last"  # (H, W): one channel, added last
+        # backflip's own frames and Atari stacks are (C, H, W) with a few channels first;
+        # anything else is Gymnasium's convention, (H, W, C)
+        if shape[0] <= 4 and shape[0] < min(shape[1], shape[2]):
+            return "channels_first"
+        return "channels_last"
+    if isinstance(space, gym.spaces.Text | gym.spaces.Graph | gym.spaces.Sequence):
+        raise ValueError(f"{type(space).__name__} observations are not numbers")
+    if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
+        for sub in space.values() if isinstance(space, gym.spaces.Dict) else space.spaces:
+            kind = observation_layout(sub)
+            if kind.startswith("channels_"):
+                raise ValueError(
+                    f"it holds a frame ({sub}) beside other parts: flattened, a frame loses its "
+                    "shape; keep the frame alone (e.g. MiniGrid's ImgObsWrapper) or encode it"
+                )
+        return "flatten"
+    if isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
+        return "flatten"
+    raise ValueError(f"backflip has no encoder for {type(space).__name__} observations")
+
+
+def _frame_like(box: gym.spaces.Box) -> bool:
+    """A 2-D or 3-D Box is a frame when it is at least 3x3 pixels of booleans, bytes or floats
+    with finite bounds (a float image with unbounded values cannot be scaled for a CNN)."""
+    shape = box.shape
+    spatial = shape if len(shape) == 2 else sorted(shape)[1:]
+    if min(spatial) < 3:
+        return False
+    if box.dtype == np.bool_ or box.dtype == np.uint8:
+        return True
+    return bool(np.all(np.isfinite(box.low)) and np.all(np.isfinite(box.high)))

@@ -85,7 +85,7 @@ def not_exact(record: dict, plan: dict[int, int | None]) -> list[str]:
             "buffer, but its episodes, metrics and final return will differ from an "
             "uninterrupted run's"
         )
-    if "prefs" in record["config"]:
+    if cfg.kind == "prefs":
         notes.append(
             "a preference run's reward model and labeling schedule are not in its checkpoints: "
             "each resumed seed trains a new reward model from the labels in its database, so it "

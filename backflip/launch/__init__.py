@@ -83,15 +83,15 @@ def launch_runs(
     address: str | dict | None = None,
     rerun_of: str | None = None,
     on_created=None,
-    extra: dict | list[dict] | None = None,
+    notes: list[list[str]] | None = None,
     should_stop=None,
 ) -> list[dict]:
     """Archive one new run per config (TrainConfig), train all their seeds in one pool, record
     each outcome and the doctor's findings; the finished records, in order. `on_created(run_dir)`
-    is called as soon as a run exists (the CLI prints its id then). `extra` adds sections to
-    every stored config (`prefs` for a preference-learning run), or, as a list, to each config
-    its own (preference runs with different pipeline settings in one pool). `should_stop()`:
-    see the module's docstring."""
+    is called as soon as a run exists (the CLI prints its id then). `notes`: per config, lines
+    said at launch that its run's record keeps (a preference run's horizon, the settings derived
+    from its env).
+    `should_stop()`: see the module's docstring."""
     if workers is not None and workers < 1:  # the CLI refuses it too (commands.workers)
         raise UserError(f"workers must be at least 1 (seed processes at once), got {workers}")
     workers = workers or os.cpu_count() or 1
@@ -102,10 +102,10 @@ def launch_runs(
     for tag in tags:  # before any run exists
         check_tags(tag)
     labels = labels or [""] * n
-    extras = extra if isinstance(extra, list) else [extra or {}] * n
+    notes = notes or [[] for _ in range(n)]
     run_dirs, jobs = [], []
-    for cfg, message, tag, label, more in zip(cfgs, messages, tags, labels, extras, strict=True):
-        config = {**cfg.to_dict(), **more}
+    for cfg, message, tag, label, said in zip(cfgs, messages, tags, labels, notes, strict=True):
+        config = cfg.to_dict()
         budget = planned_budget(cfg, episode_limit(cfg.env_id, cfg.env))  # imports env modules
         paths = module_paths()  # where the env module was found, for the seeds and reruns
         run_dir, _ = create_run(
@@ -119,6 +119,7 @@ def launch_runs(
                 "backend": {"name": backend, "address": address},
                 "budget": budget,
                 "import_paths": paths,
+                **({"notes": list(said)} if said else {}),
             },
         )
         run_dirs.append(run_dir)
@@ -187,12 +188,12 @@ def launch_run(
     on_created=None,
     backend: str = "local",
     address: str | dict | None = None,
-    extra: dict | None = None,
+    notes: list[str] | None = None,
 ) -> dict:
     """Archive a new run of `cfg` (a TrainConfig), train its seeds in parallel, record the outcome.
 
-    `on_created(run_dir)` is called as soon as the run exists (the CLI prints the id then).
-    `extra` adds sections to the stored config (`prefs` for a preference-learning run).
+    `on_created(run_dir)` is called as soon as the run exists (the CLI prints the id then);
+    `notes` as `launch_runs`.
     """
     return launch_runs(
         [cfg],
@@ -206,5 +207,5 @@ def launch_run(
         address=address,
         rerun_of=rerun_of,
         on_created=on_created,
-        extra=extra,
+        notes=[list(notes or [])],
     )[0]

@@ -173,8 +173,8 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         if handle_signals:
             signal.signal(signal.SIGINT, stop)
             signal.signal(signal.SIGTERM, stop)
-        if "prefs" in job.config:  # a preference run: the policy trains on a learned reward
-            train_seed(cfg, job.config["prefs"], run)
+        if cfg.kind == "prefs":  # the policy trains on a learned reward
+            train_seed(cfg, run)
         else:
             spec.train(cfg.hp, run)
         stopped = run.stopping and not (run.solved or run.timed_out)

@@ -33,6 +33,7 @@ from backflip.algos import get_algo
 from backflip.config import TrainConfig
 from backflip.envs import make_env
 from backflip.errors import UserError
+from backflip.prefs.db import preference_seeds
 from backflip.prefs.pipeline import build_reward_model, policy_reward, read_reward_model
 from backflip.runs.archive import load_checkpoint, load_run
 
@@ -51,11 +52,7 @@ def check_reward(
 ) -> dict:
     """Play the policy for `steps` steps and compare r̂ with the true reward per segment."""
     record = load_run(run_dir)
-    if "prefs" not in record.get("config", {}):
-        raise UserError(f"run {record['id']} is not a preference run (backflip prefs train ...)")
-    seed = record["config"]["seeds"][0] if seed is None else seed
-    if seed not in record["config"]["seeds"]:
-        raise UserError(f"run {record['id']} has seeds {record['config']['seeds']}, not {seed}")
+    seed = preference_seeds(record, seed)[0]
     saved, pcfg = read_reward_model(run_dir, seed)
     cfg = TrainConfig.from_dict(record["config"])
     policy_dir = policy_dir or run_dir

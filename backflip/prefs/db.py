@@ -464,3 +464,21 @@ class PreferenceDB:
             )
             copied += 1
         return copied
+
+
+def preference_seeds(record: dict, seed: int | None = None) -> list[int]:
+    """The seeds of the preference run `record` (run.json), or just `seed`: a UserError, in one
+    line, when the run is of another kind or has no such seed (`label`, `fit-teacher`,
+    `check-reward`)."""
+    from backflip.config import run_kind
+    from backflip.errors import UserError
+
+    config = record.get("config", {})
+    if run_kind(config) != "prefs":
+        raise UserError(f"run {record['id']} is not a preference run (backflip prefs train ...)")
+    seeds = list(config["seeds"])
+    if seed is None:
+        return seeds
+    if seed not in seeds:
+        raise UserError(f"run {record['id']} has seeds {seeds}, not {seed}")
+    return [seed]

@@ -56,8 +56,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from backflip.config import BPREF_TEACHER_NAMES, PrefsConfig
 from backflip.prefs.db import LABELS, Segment
 
+# B-Pref's named teachers' parameters, by the names `prefs.labeler=bpref-NAME` takes (config)
 BPREF_TEACHERS: dict[str, dict[str, float]] = {
     "oracle": {},
     "stoc": {"beta": 1.0},
@@ -66,8 +68,7 @@ BPREF_TEACHERS: dict[str, dict[str, float]] = {
     "equal": {"equal": 0.1},
     "myopic": {"gamma": 0.9},
 }
-# the values of prefs.labeler (and --labeler)
-LABELERS = ("synthetic", "human", *(f"bpref-{name}" for name in BPREF_TEACHERS))
+assert tuple(BPREF_TEACHERS) == BPREF_TEACHER_NAMES
 
 
 # the floor of the skip and equal thresholds for negative rewards: a low percentile of recent
@@ -226,3 +227,16 @@ def oracle_choice(left_return: float, right_return: float) -> str:
     if abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b)):
         return "equal"
     return "left" if a > b else "right"
+
+
+def teacher_for(pcfg: PrefsConfig) -> Teacher:
+    """The simulated teacher of a synthetic labeler: B-Pref's named one (`prefs.labeler=bpref-NAME`,
+    or the oracle) with the `prefs.teacher_*` that are set, and `prefs.error_rate`."""
+    label = pcfg.labeler
+    name = label.removeprefix("bpref-") if label.startswith("bpref-") else "oracle"
+    overrides = {
+        key: value
+        for key in ("beta", "gamma", "mistake", "skip", "equal")
+        if (value := getattr(pcfg, f"teacher_{key}")) is not None
+    }
+    return Teacher.named(name, **overrides, error_rate=pcfg.error_rate)

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from backflip.cnns import REWARD_CNN_MIN, pick_cnn
 from backflip.nets import SpatialSoftmax
 from backflip.normalize import RunningMeanStd
 
@@ -103,7 +104,10 @@ class PairBatchNorm2d(nn.BatchNorm2d):
         return super().forward(x.reshape(-1, *x.shape[-3:])).reshape(*lead, *x.shape[-3:])
 
 
-CNNS = ("paper", "keypoints")
+def reward_cnn(obs_shape: tuple[int, ...], cnn: str = "auto") -> str:
+    """The reward CNN that reads frames of `obs_shape` for `prefs.cnn` (`auto`: the paper's
+    where it fits, else the small one; `backflip.cnns`)."""
+    return pick_cnn(cnn, obs_shape, REWARD_CNN_MIN, "paper", "prefs.cnn")
 
 
 class RewardNet(nn.Module):
@@ -115,6 +119,9 @@ class RewardNet(nn.Module):
     CNN `keypoints`: the paper's first layer, two 3x3 layers at its resolution (batchnorm,
     LeakyReLU), then `SpatialSoftmax`: where each of 16 feature detectors fires, as 32
     coordinates; then [coordinates, action] -> 64 -> 64 -> 1 with dropout before the output.
+    CNN `small` (frames below the paper's 43x43, such as MinAtar's 10x10 grids): two 3x3 layers
+    of 16 filters at full resolution (the second with stride 2 above 16 pixels), batchnorm,
+    LeakyReLU and dropout after each, flattened; then [features, action] -> 64 -> 1.
     The paper's flattened features give every position its own weights, so what is learned about
     an object in one place does not carry to the next; coordinates do (docs/preferences.md,
     "From frames").
@@ -133,10 +140,11 @@ class RewardNet(nn.Module):
         dropout: float = 0.0,
         channels_last: bool = True,
         heads: bool = False,
-        cnn: str = "paper",
+        cnn: str = "auto",
     ):
         super().__init__()
         self.image = len(obs_shape) == 3
+        cnn = reward_cnn(obs_shape, cnn) if self.image else cnn
         self.channels_last = channels_last
         self.heads = heads
         n_act_in = 0 if heads else act_dim
@@ -151,7 +159,11 @@ class RewardNet(nn.Module):
                 side = (obs_shape[1] - 7) // 3 + 1, (obs_shape[2] - 7) // 3 + 1
                 layers.append(SpatialSoftmax(16, *side))
             else:
-                for k, s in ((7, 3), (5, 2), (3, 1), (3, 1)):
+                if cnn == "small":
+                    kernels = ((3, 1), (3, 2 if min(obs_shape[1:]) > 16 else 1))
+                else:  # the paper's
+                    kernels = ((7, 3), (5, 2), (3, 1), (3, 1))
+                for k, s in kernels:
                     layers += [nn.Conv2d(c, 16, k, s), PairBatchNorm2d(16), act]
                     layers.append(PairDropout(dropout))
                     c = 16
@@ -211,7 +223,7 @@ class RewardModel:
         frame_stride: int = 1,
         use_actions: bool = True,
         action_heads: bool = False,
-        cnn: str = "paper",
+        cnn: str = "auto",
     ):
         self.obs_shape = tuple(obs_space.shape)
         self.image = len(self.obs_shape) == 3

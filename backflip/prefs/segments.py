@@ -94,9 +94,6 @@ class SegmentStore:
         return obs, nxt
 
 
-SELECTIONS = ("random", "disagreement", "entropy", "k-center")
-
-
 def select_pairs(
     store: SegmentStore,
     n: int,

@@ -341,9 +341,9 @@ def teacher_params(teacher: Teacher) -> dict:
 
 def fit_run(run_dir: Path, seeds: list[int], gamma: bool = True) -> list[dict]:
     """One fit per labeler over these seeds of a preference run (people first, by name)."""
-    from backflip.runs.layout import seed_dir
+    from backflip.runs.layout import PREFS_DB, seed_dir
 
-    paths = [seed_dir(run_dir, s) / "prefs.sqlite" for s in seeds]
+    paths = [seed_dir(run_dir, s) / PREFS_DB for s in seeds]
     groups = collect([p for p in paths if p.exists()])
     order = sorted(groups, key=lambda k: (k[0] != "person", k[1]))
     return [fit_labeler(kind, who, groups[(kind, who)], gamma) for kind, who in order]

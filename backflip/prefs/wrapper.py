@@ -1,15 +1,18 @@
 """`LearnedReward`: the vector-env wrapper through which any algorithm trains on r̂.
 
-The preference pipeline appends it to the seed's `run.vec_wrappers`, so every training vector env
-the algorithm makes (with `run.make_vec`) sees the learned reward, while evaluation envs keep the
-true one. The algorithm needs no change: every algorithm makes its envs with `run.make_vec`.
+The preference pipeline puts it on the seed's training envs (`SeedRun.training_envs`), so every
+training vector env the algorithm makes (with `run.make_vec`) sees the learned reward, while
+evaluation envs keep the true one. The algorithm needs no change: every algorithm makes its envs
+with `run.make_vec`.
 
 On each step it
 1. replaces the env's reward with the pipeline's current reward model, r̂(o_t, a_t) (or r̂(o_{t+1})
    with `prefs.reward_input=next-obs`, r̂(o_{t+1}) − r̂(o_t) with `progress`), computed for all env
    copies in one batched forward pass (0 on Gymnasium's autoreset steps, which are not
    transitions);
-2. hands the true transition to the pipeline (segments for queries, true returns for metrics);
+2. hands the true transition to the pipeline (segments for queries, true returns for metrics,
+   and which copies the env itself terminated: `terminated`, or under a fixed horizon the
+   `terminated_early` the horizon wrapper reports, `envs/horizon.py`);
 3. lets the pipeline run its synchronous tick, or publish the async worker's metrics.
 """
 
@@ -42,8 +45,11 @@ class LearnedReward(gym.vector.VectorWrapper):
         reward = self.pipeline.reward(obs_before, actions, obs)
         reward = np.where(valid, reward, 0.0)
         done = term | trunc
+        ended = np.asarray(term, bool)
+        if "terminated_early" in info:  # a fixed horizon kept the episode going
+            ended = ended | (info["_terminated_early"] & info["terminated_early"].astype(bool))
         self.pipeline.on_step(
-            obs_before, actions, np.asarray(true_reward, np.float64), reward, valid, done
+            obs_before, actions, np.asarray(true_reward, np.float64), reward, valid, done, ended
         )
         self.obs, self.prev_done = obs, done
         return obs, reward, term, trunc, info

@@ -25,6 +25,9 @@ env copies get. One owner: whatever writes or reads the archive names its paths 
           tb/                    TENSORBOARD: TensorBoard event files
           checkpoints/           CHECKPOINTS: checkpoint_name(step) (periodic), FINAL_CHECKPOINT
           videos/                VIDEOS: video_name(step) (`video_every`), watch_*.mp4
+          prefs.sqlite           PREFS_DB: a preference run's segments, queries and labels
+          reward_model.pt        REWARD_MODEL: a preference run's reward model (ensemble, input
+                                 statistics, output normalization) and its settings
 
 A seed `s` trains on env copies seeded `env_seed(s) + i` (copy i) and is evaluated, and filmed,
 on copies seeded `eval_seed(s) + i`: evaluation never replays a training episode's start, and
@@ -58,6 +61,8 @@ STDERR = "stderr.log"
 METRICS = "metrics.csv"
 EPISODES = "episodes.csv"
 TENSORBOARD = "tb"
+PREFS_DB = "prefs.sqlite"
+REWARD_MODEL = "reward_model.pt"
 CHECKPOINTS = "checkpoints"
 FINAL_CHECKPOINT = "final.pt"
 VIDEOS = "videos"

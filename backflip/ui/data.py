@@ -31,6 +31,7 @@ from backflip.runs.layout import (
     INDEX,
     METRICS,
     PACKAGES,
+    PREFS_DB,
     STDERR,
     STDOUT,
     VIDEOS,
@@ -298,12 +299,11 @@ def labeling(run_dir: Path, record: dict) -> list[dict] | None:
     from backflip.prefs.db import PreferenceDB
     from backflip.prefs.people import labeler_table
 
-    prefs = record["config"].get("prefs")
-    if prefs is None:
+    if not is_preference_run(record["config"]):
         return None
     out = []
     for seed in record["config"]["seeds"]:
-        path = seed_dir(run_dir, seed) / "prefs.sqlite"
+        path = seed_dir(run_dir, seed) / PREFS_DB
         if not path.exists():
             continue
         db = PreferenceDB(path)
@@ -318,7 +318,7 @@ def labeling(run_dir: Path, record: dict) -> list[dict] | None:
                 "labeled": counts["labeled"],
                 "skipped": counts["skipped"],
                 "pending": counts["pending"],
-                "target": prefs.get("labels"),
+                "target": record["config"]["prefs"].get("labels"),
                 "ended_by": meta.get("labels_ended_by") if "labels_ended_at" in meta else None,
                 **labeler_table(answers),
             }

@@ -35,8 +35,9 @@ from backflip import jsonout
 from backflip.prefs import frames as frames_mod
 from backflip.prefs.db import CHOICES, PreferenceDB
 from backflip.prefs.people import person_summary
+from backflip.returns import is_preference_run
 from backflip.runs.archive import pid_alive, read_record, run_dirs, seed_status
-from backflip.runs.layout import METRICS, seed_dir
+from backflip.runs.layout import METRICS, PREFS_DB, seed_dir
 from backflip.summary import status_text
 from backflip.ui.data import last_metrics_row
 
@@ -50,7 +51,7 @@ class SeedLabeling:
     def __init__(self, run_dir: Path, seed: int):
         self.run_dir, self.seed = run_dir, seed
         self.folder = seed_dir(run_dir, seed)
-        self.db = PreferenceDB(self.folder / "prefs.sqlite")
+        self.db = PreferenceDB(self.folder / PREFS_DB)
         meta = self.db.meta()
         shape = tuple(int(x) for x in meta.get("obs_shape", "").split(",") if x)
         self.to_frame = frames_mod.frame_fn(meta.get("env_id", ""), shape)
@@ -191,10 +192,10 @@ def preference_seeds(home: Path) -> list[dict]:
             config = read_record(run_dir).get("config", {})
         except Exception:  # noqa: BLE001 — a corrupt run.json is shown by the UI elsewhere
             continue
-        if "prefs" not in config:
+        if not is_preference_run(config):
             continue
         for seed in config.get("seeds", []):
-            path = seed_dir(run_dir, seed) / "prefs.sqlite"
+            path = seed_dir(run_dir, seed) / PREFS_DB
             if not path.exists():
                 continue
             db = PreferenceDB(path)
@@ -226,7 +227,7 @@ def blueprint(home: Path, page, run_dir_of):
 
     def labeling(run_id: str, seed: int) -> SeedLabeling:
         run_dir = run_dir_of(run_id)
-        if not (seed_dir(run_dir, seed) / "prefs.sqlite").exists():
+        if not (seed_dir(run_dir, seed) / PREFS_DB).exists():
             abort(404, f"no preference database for run {run_id} seed {seed}")
         with lock:
             if (run_id, seed) not in seeds:

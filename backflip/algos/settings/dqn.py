@@ -25,9 +25,10 @@ class Config:
     """hidden layer sizes of the Q-network MLP"""
     activation: str = "relu"
     """tanh, relu, elu or leaky_relu"""
-    cnn: str = "nature"
-    """image observations: the Q-network's CNN, nature (DQN's) or keypoints (coordinates of what
-    the convolutions find: small objects)"""
+    cnn: str = "auto"
+    """image observations: the Q-network's CNN, nature (DQN's; frames of at least 36x36),
+    keypoints (coordinates of what the convolutions find: small objects), small (3x3
+    convolutions: grids such as MinAtar's 10x10) or auto (nature where it fits, else small)"""
     lr: float = 2.3e-3
     """Adam learning rate"""
     anneal_lr: bool = True

@@ -59,9 +59,11 @@ class Settings:
     """hidden layer sizes of the policy and value MLPs (separate networks)"""
     activation: str = "tanh"
     """tanh, relu, elu or leaky_relu"""
-    cnn: str = "nature"
-    """image observations: the policy and value's shared CNN, nature (DQN's, linear heads) or
-    keypoints (coordinates of what the convolutions find, then the `hidden` MLPs: small objects)"""
+    cnn: str = "auto"
+    """image observations: the policy and value's shared CNN, nature (DQN's, linear heads; frames
+    of at least 36x36), keypoints (coordinates of what the convolutions find, then the `hidden`
+    MLPs: small objects), small (3x3 convolutions, linear heads: grids such as MinAtar's 10x10)
+    or auto (nature where it fits, else small)"""
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy (Box actions; with sde: log σ)"""
     sde: bool = False

@@ -100,6 +100,31 @@ ATARI = {
 for _game in ("BeamRider", "Breakout", "Enduro", "Pong", "Qbert", "Seaquest", "SpaceInvaders"):
     PRESETS[f"{_game}NoFrameskip-v4"] = dict(ATARI)
 
+# The PPO paper's MuJoCo settings (Schulman et al. 2017, table 3: 2,048 steps per rollout from one
+# env copy, 10 epochs of minibatches of 64, lr 3e-4 annealed, γ 0.99, λ 0.95, clip 0.2), with
+# observation normalization and reward scaling as in CleanRL's ppo_continuous_action and SB3 with
+# rl-zoo's `normalize: true`; 1M agent steps, the paper's budget
+MUJOCO = {
+    "steps": 1_000_000,
+    "num_envs": 1,
+    "num_steps": 2048,
+    "minibatch_size": 64,
+    "epochs": 10,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "lr": 3e-4,
+    "anneal_lr": True,
+    "clip": 0.2,
+    "anneal_clip": False,
+    "norm_obs": True,
+    "scale_reward": True,
+}
+for _task in (
+    "HalfCheetah", "Hopper", "Walker2d", "Ant", "Swimmer", "Reacher", "Pusher",
+    "InvertedPendulum", "InvertedDoublePendulum",
+):  # fmt: skip
+    PRESETS[f"{_task}-v5"] = dict(MUJOCO)
+
 # `backflip bench`'s reference envs: the presets' classic-control envs (Atari's 10M steps per seed
 # are days of CPU)
 BENCHMARKS = {"CartPole-v1": 100_000, "Pendulum-v1": 300_000}

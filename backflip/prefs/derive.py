@@ -1,0 +1,187 @@
+"""A preference run's settings from the env it is given, not from its id (docs/preferences.md,
+"Your own env").
+
+The presets (`presets.py`) hold what was tuned for the envs backflip was measured on. Any other
+env gets settings derived from what can be seen of it before a run is created (`look`): its
+observation and action spaces, its time limit, and whether a random policy's episodes end before
+it (`EnvFacts`). `derived_settings` turns those into `prefs.*` (and `env.*`) values, each with a
+reason; `backflip prefs train` states them at launch and `--list-keys` shows them. They are the
+lowest layer of the resolver (`config.resolve`): a preset, a config file or `--set` overrides
+any of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+# an env with no time limit gets this one (a fixed horizon needs one; said at launch)
+DEFAULT_HORIZON = 1000
+PROBE_EPISODES, PROBE_STEPS = 20, 5_000  # the random policy's look at the env's episodes
+SEGMENT_LENGTH = 25  # the paper's Atari clips (1-2 s of play); shorter for short episodes
+LABELS_PER_STEP = 1 / 200  # 500 labels for 1e5 agent steps (the presets' budgets) ...
+LABELS_MIN, LABELS_MAX = 100, 1000  # ... within these (the paper's MuJoCo runs: 700 and 1,400)
+# the reward model's CNN on frames at least this large: keypoints (MovingDot84 and Pong learned
+# from coordinates, not from the paper's flattened features); smaller ones get the small CNN
+KEYPOINTS_FROM = 36
+
+
+@dataclass
+class EnvFacts:
+    """What a preference run needs to know of an env before it starts."""
+
+    obs_shape: tuple[int, ...]
+    """observations as the networks see them (`envs.adapt_observations`)"""
+    discrete: bool
+    """Discrete actions (else Box)"""
+    action_space: str
+    """the action space, as Gymnasium prints it"""
+    time_limit: int | None
+    """the env's time limit (`env.max_episode_steps` included), None if it has none"""
+    episodes: int
+    """random-policy episodes seen by the probe (finished or cut at the probe's end)"""
+    terminated: int
+    """... of which the env terminated before the time limit"""
+    mean_length: float
+    """the mean length of the finished ones (nan: none finished)"""
+
+    @property
+    def image(self) -> bool:
+        return len(self.obs_shape) == 3
+
+
+def look(env_id: str, opts, seed: int = 0) -> EnvFacts:
+    """Spaces, time limit and a random policy's episodes (up to `PROBE_EPISODES` of them, or
+    `PROBE_STEPS` steps) on one copy of the env as the run will see it."""
+    from backflip.envs import episode_limit, make_env
+
+    env = make_env(env_id, opts)
+    try:
+        obs_shape = tuple(env.observation_space.shape)
+        action_space = env.action_space
+        discrete = hasattr(action_space, "n")
+        env.action_space.seed(seed)
+        env.reset(seed=seed)
+        episodes = terminated = steps = length = 0
+        lengths = []
+        while episodes < PROBE_EPISODES and steps < PROBE_STEPS:
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            steps += 1
+            length += 1
+            if term or trunc:
+                episodes += 1
+                terminated += bool(term)
+                lengths.append(length)
+                length = 0
+                env.reset()
+        if length:  # an episode the probe's step budget cut
+            episodes += 1
+    finally:
+        env.close()
+    return EnvFacts(
+        obs_shape=obs_shape,
+        discrete=discrete,
+        action_space=str(action_space),
+        time_limit=episode_limit(env_id, opts),
+        episodes=episodes,
+        terminated=terminated,
+        mean_length=float(np.mean(lengths)) if lengths else math.nan,
+    )
+
+
+def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str]]:
+    """`{key: (value, why)}` for an env without a preset and a budget of `steps` agent steps."""
+    out: dict[str, tuple[object, str]] = {}
+    horizon = facts.time_limit
+    if horizon is None:
+        horizon = DEFAULT_HORIZON
+        out["env.max_episode_steps"] = (
+            horizon,
+            f"the env has no time limit; a fixed horizon needs one ({DEFAULT_HORIZON} steps)",
+        )
+    segment = max(1, min(SEGMENT_LENGTH, horizon // 4))
+    out["prefs.segment_length"] = (
+        segment,
+        f"clips of {SEGMENT_LENGTH} steps as the paper's, at most a quarter of the horizon",
+    )
+    labels = int(min(LABELS_MAX, max(LABELS_MIN, round(steps * LABELS_PER_STEP / 50) * 50)))
+    out["prefs.labels"] = (
+        labels,
+        f"1 label per {round(1 / LABELS_PER_STEP)} agent steps, in [{LABELS_MIN}, {LABELS_MAX}]",
+    )
+    out["prefs.initial_frac"] = (0.5, "half the labels from random clips before the policy")
+    out["prefs.random_envs"] = (
+        64,
+        "the first clips from 64 random-policy copies, each from its own reset: spread over "
+        "the state space",
+    )
+    out["prefs.selection"] = (
+        "disagreement",
+        "queries by the ensemble's disagreement (the presets' choice, docs/preferences.md)",
+    )
+    if facts.image:
+        side = min(facts.obs_shape[1:])
+        cnn = "keypoints" if side >= KEYPOINTS_FROM else "small"
+        out["prefs.cnn"] = (
+            cnn,
+            f"{facts.obs_shape[1]}x{facts.obs_shape[2]} frames: "
+            + (
+                "coordinates of what the convolutions find"
+                if cnn == "keypoints"
+                else "3x3 convolutions at full resolution"
+            ),
+        )
+        if facts.discrete:
+            out["prefs.action_input"] = (
+                "heads",
+                "frames and discrete actions: one output per action (what a CNN needs to "
+                "learn a reward that depends on the action)",
+            )
+    return out
+
+
+def horizon_line(facts: EnvFacts, treatment: str, horizon: int) -> str:
+    """One line for the launch and the run record: what the env's episodes do and what the run
+    does about it."""
+    seen = (
+        f"{facts.terminated} of {facts.episodes} random episodes ended before the time limit"
+        if facts.episodes
+        else "no random episode finished"
+    )
+    if treatment == "variable":
+        return (
+            f"horizon: variable (prefs.horizon=variable): episodes end when the env ends them "
+            f"({seen}); their length can carry the learned reward"
+        )
+    what = {
+        "absorb": "an episode the env ends early goes on in an absorbing state (last observation, "
+        "reward 0)",
+        "restart": "an episode the env ends early restarts inside the fixed horizon",
+    }[treatment]
+    return f"horizon: fixed at {horizon:,} steps (prefs.horizon={treatment}): {what} ({seen})"
+
+
+# every key `derived_settings` may set (a reproduce line gives them all: `summary.py`)
+DERIVED_KEYS = (
+    "env.max_episode_steps",
+    "prefs.segment_length",
+    "prefs.labels",
+    "prefs.initial_frac",
+    "prefs.random_envs",
+    "prefs.selection",
+    "prefs.cnn",
+    "prefs.action_input",
+)
+
+
+def check_action_input(pcfg, discrete: bool, action_space) -> None:
+    """`prefs.action_input=heads` gives one output per action: discrete actions only."""
+    from backflip.errors import UserError
+
+    if pcfg.action_input == "heads" and not discrete:
+        raise UserError(
+            "prefs.action_input=heads needs discrete actions (one output per action); this "
+            f"env's actions are {action_space}: use prefs.action_input=concat"
+        )

@@ -1,0 +1,278 @@
+"""Learning from preferences on envs no preset names: the calibration table of docs/preferences.md
+("Your own env").
+
+For each env, as a new user would run it: R_random (uniform random actions, 20 episodes), the
+algorithm on the true reward (`backflip train`, R_true = the mean over its seeds), and
+`backflip prefs train` with the settings derived from the env (`prefs/derive.py`), a synthetic
+labeler, the same policy settings and agent steps. Each preference seed's greedy return (20
+episodes, the env's own) is scored
+
+    (R - R_random) / (R_true - R_random)
+
+and the table gives the IQM with a 95% bootstrap interval over seeds, the horizon treatment the
+run used, and the doctor's warnings and errors on the preference run. The target of the issue
+is >= 0.8 on at least 10 of 12 envs, every row below it named by a doctor finding.
+
+    python benchmarks/prefs_user_envs.py [--envs cartpole,acrobot,...] [--seeds 3] [--workers 2]
+    python benchmarks/prefs_user_envs.py --labeler bpref-mistake --envs cartpole,acrobot
+    python benchmarks/prefs_user_envs.py --variable --envs cartpole,acrobot   # prefs.horizon=variable
+    python benchmarks/prefs_user_envs.py --table            # print the table from the results
+
+All runs of one invocation share one pool of `--workers` seed processes (longest first). Results
+go to --out (JSON; an env already there is skipped unless --redo); runs are archived under
+--home. MinAtar's envs need `pip install minatar` (the bench extra); they are registered by
+benchmarks/user_envs.py, as a user's own module would (`--env user_envs:MinAtar/Breakout-v1`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+# name: (env id, algorithm, agent steps, what kind of env it is, policy settings for both runs)
+ENVS: dict[str, tuple[str, str, int, str, dict]] = {
+    "cartpole": ("CartPole-v1", "ppo", 100_000, "classic control, ends at failure", {}),
+    "acrobot": ("Acrobot-v1", "ppo", 100_000, "classic control, ends at success", {}),
+    "frozenlake": (
+        "FrozenLake-v1", "ppo", 100_000,
+        "gridworld, Discrete observations, sparse reward, ends at success and failure", {},
+    ),
+    "cliffwalking": (
+        "CliffWalking-v1", "ppo", 100_000,
+        "gridworld, Discrete observations, ends at success, no time limit", {},
+    ),
+    "invpendulum": (
+        "InvertedPendulum-v5", "ppo", 100_000, "MuJoCo, continuous, ends at failure", {},
+    ),
+    "invdoublependulum": (
+        "InvertedDoublePendulum-v5", "ppo", 300_000, "MuJoCo, continuous, ends at failure", {},
+    ),
+    "hopper": ("Hopper-v5", "ppo", 500_000, "MuJoCo, continuous, ends at failure", {}),
+    "halfcheetah": ("HalfCheetah-v5", "ppo", 500_000, "MuJoCo, continuous, no termination", {}),
+    "swimmer": ("Swimmer-v5", "ppo", 300_000, "MuJoCo, continuous, no termination", {}),
+    "reacher": ("Reacher-v5", "ppo", 200_000, "MuJoCo, continuous, no termination", {}),
+    "breakout": (
+        "user_envs:MinAtar/Breakout-v1", "ppo", 300_000,
+        "MinAtar, 10x10x4 boolean frames channels last, ends at failure, no time limit",
+        {"ent_coef": 0.01},
+    ),
+    "freeway": (
+        "user_envs:MinAtar/Freeway-v1", "ppo", 300_000,
+        "MinAtar, 10x10x7 boolean frames channels last, sparse reward, no time limit",
+        {"ent_coef": 0.01},
+    ),
+}  # fmt: skip
+
+
+def random_return(env_id: str, episodes: int = 20) -> float:
+    from backflip.envs import make_vec
+    from backflip.prefs.derive import look
+    from backflip.seedrun import evaluate
+
+    opts = None
+    if look(env_id, None).time_limit is None:  # as the preference run will have it
+        from backflip.config import EnvOptions
+        from backflip.prefs.derive import DEFAULT_HORIZON
+
+        opts = EnvOptions(max_episode_steps=DEFAULT_HORIZON)
+    envs = make_vec(env_id, episodes, opts, evaluation=True)
+    envs.action_space.seed(0)
+    rets, _ = evaluate(lambda o: envs.action_space.sample(), envs, episodes, seed=500)
+    return float(rets.mean())
+
+
+def configs(name: str, args, home: Path):
+    """(the true-reward config, the preference config, the preference run's launch notes)."""
+    from backflip.cli import build_parser
+    from backflip.commands.prefs import build
+    from backflip.config import resolve
+
+    env_id, algo, steps, _, policy = ENVS[name]
+    steps = args.steps or steps
+    seeds = ["--seed-start", str(args.seed_start), "--seeds", str(args.seeds)]
+    sets = [*(f"{k}={v}" for k, v in policy.items()), "eval_episodes=20", *args.set]
+    argv = ["prefs", "train", algo, "--env", env_id, *seeds, "--steps", str(steps)]
+    argv += ["--labeler", args.labeler]
+    if args.labels:
+        argv += ["--labels", str(args.labels)]
+    if args.variable:
+        sets.append("prefs.horizon=variable")
+    argv += [x for kv in sets for x in ("--set", kv)]
+    notes: list[str] = []
+    pref = build(build_parser().parse_args(argv), home, notes)
+    # the true-reward run: the same policy settings, env options (a time limit given to an env
+    # without one) and steps
+    plain_sets = {k: v for k, v in pref.flat().items() if not k.startswith("prefs.")}
+    base = resolve(algo, pref.env_id, list(pref.seeds), steps)
+    changed = {k: v for k, v in plain_sets.items() if base.flat().get(k) != v}
+    true = resolve(algo, pref.env_id, list(pref.seeds), steps, set_values=changed)
+    return true, pref, notes
+
+
+def findings(run_dir: Path) -> list[str]:
+    from backflip.doctor.findings import read_findings
+
+    out = []
+    for f in (read_findings(run_dir) or {}).get("findings", []):
+        if f["severity"] in ("warning", "error") and f"{f['severity']} {f['rule']}" not in out:
+            out.append(f"{f['severity']} {f['rule']}")
+    return out
+
+
+def per_seed(record: dict) -> list[float | None]:
+    return [s.get("final_eval_return") for s in record["seeds"]]
+
+
+def run_all(names: list[str], args, home: Path, results: dict) -> None:
+    from backflip.launch import launch_runs
+    from backflip.runs.archive import load_run
+
+    todo = []
+    for name in names:
+        true, pref, notes = configs(name, args, home)
+        todo.append((name, true, pref, notes))
+    # longest first: the pool stays full to the end
+    todo.sort(key=lambda t: -t[2].steps * (3 if "MinAtar" in t[2].env_id else 1))
+    cfgs, labels, notes, tags = [], [], [], []
+    for name, true, pref, said in todo:
+        cfgs += [pref, true]
+        labels += [f"{name} prefs", f"{name} true"]
+        notes += [said, []]
+        tags += [["prefs-user-envs", name, "prefs"], ["prefs-user-envs", name, "true"]]
+    t0 = time.time()
+    records = launch_runs(
+        cfgs,
+        home,
+        ["python", "benchmarks/prefs_user_envs.py", *sys.argv[1:]],
+        messages=[f"prefs-user-envs: {label}" for label in labels],
+        workers=args.workers,
+        progress=not args.no_progress,
+        tags=tags,
+        labels=labels,
+        notes=notes,
+    )
+    for i, (name, _, pref, said) in enumerate(todo):
+        pref_rec = load_run(Path(records[2 * i]["dir"]))
+        true_rec = load_run(Path(records[2 * i + 1]["dir"]))
+        env_id = pref.env_id
+        r_random = random_return(env_id)
+        true_rets = [r for r in per_seed(true_rec) if r is not None]
+        r_true = float(np.mean(true_rets)) if true_rets else None
+        pref_rets = per_seed(pref_rec)
+        scores = [
+            None if r is None or r_true is None or r_true == r_random
+            else (r - r_random) / (r_true - r_random)
+            for r in pref_rets
+        ]  # fmt: skip
+        results[key(name, args)] = {
+            "env": env_id,
+            "kind": ENVS[name][3],
+            "algo": pref.algo,
+            "steps": pref.steps,
+            "labels": pref.prefs.labels,
+            "labeler": pref.prefs.labeler,
+            "horizon": pref.prefs.horizon,
+            "seeds": list(pref.seeds),
+            "R_random": r_random,
+            "R_true": r_true,
+            "true_returns": per_seed(true_rec),
+            "pref_returns": pref_rets,
+            "scores": scores,
+            "true_run": true_rec["id"],
+            "pref_run": pref_rec["id"],
+            "pref_wall_s": [s.get("wall_s") for s in pref_rec["seeds"]],
+            "true_wall_s": [s.get("wall_s") for s in true_rec["seeds"]],
+            "pref_sps": [s.get("sps") for s in pref_rec["seeds"]],
+            "true_sps": [s.get("sps") for s in true_rec["seeds"]],
+            "doctor": findings(Path(pref_rec["dir"])),
+            "notes": said,
+        }
+    print(f"{len(todo)} envs in {(time.time() - t0) / 60:.1f} min", file=sys.stderr)
+
+
+def key(name: str, args) -> str:
+    """Results of other labelers or horizons are kept beside each other."""
+    suffix = "" if args.labeler == "synthetic" else f"/{args.labeler}"
+    return f"{name}{suffix}{'/variable' if args.variable else ''}"
+
+
+def cell(scores: list) -> tuple[str, float | None]:
+    from backflip.stats import aggregate
+
+    x = [s for s in scores if s is not None]
+    if not x:
+        return "–", None
+    value, low, high = aggregate(x)["iqm"]
+    if not np.isfinite(low):
+        return f"{value:.2f}", value
+    return f"{value:.2f} [{low:.2f}, {high:.2f}]", value
+
+
+def table(results: dict) -> str:
+    head = (
+        "| env | what it is | algo, steps | labels | horizon | R_random | R_true | "
+        "preference returns | normalized IQM [95% CI] | doctor (preference run) |"
+    )
+    lines = [head, "|" + "---|" * 10]
+    met = total = 0
+    for res in results.values():
+        text, value = cell(res["scores"])
+        total += 1
+        met += value is not None and value >= 0.8
+        rets = ", ".join("–" if r is None else f"{r:.1f}" for r in res["pref_returns"])
+        r_true = "–" if res["R_true"] is None else f"{res['R_true']:.1f}"
+        lines.append(
+            f"| {res['env']} | {res['kind']} | {res['algo']} {res['steps']:,} | {res['labels']} "
+            f"({res['labeler']}) | {res['horizon']} | {res['R_random']:.1f} | "
+            f"{r_true} | {rets} | {text} | "
+            f"{'; '.join(res['doctor']) or 'none'} |"
+        )
+    lines.append("")
+    lines.append(f"{met} of {total} rows at >= 0.8")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--envs", default=",".join(ENVS))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seed-start", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=None, help="agent steps (default: the table's)")
+    ap.add_argument("--labeler", default="synthetic", help="synthetic (the oracle), bpref-NAME")
+    ap.add_argument("--labels", type=int, default=None, help="default: derived from the env")
+    ap.add_argument("--variable", action="store_true", help="prefs.horizon=variable")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--home", default="runs")
+    ap.add_argument("--out", default=str(HERE / "prefs_user_envs_results.json"))
+    ap.add_argument("--redo", action="store_true")
+    ap.add_argument("--table", action="store_true", help="only print the table of --out")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args()
+    sys.path.insert(0, str(HERE))  # user_envs.py, as a user's own module
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if out.exists() else {}
+    if not args.table:
+        names = [n for n in args.envs.split(",") if args.redo or key(n, args) not in results]
+        unknown = [n for n in names if n not in ENVS]
+        if unknown:
+            raise SystemExit(f"unknown envs {unknown}; choose from {', '.join(ENVS)}")
+        if names:
+            home = Path(args.home)
+            home.mkdir(parents=True, exist_ok=True)
+            run_all(names, args, home, results)
+            from backflip.jsonout import dumps
+
+            out.write_text(dumps(results, indent=1) + "\n")
+    print(table({k: v for k, v in results.items() if k.split("/")[0] in args.envs.split(",")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""A preference run's config: one typed section, one resolver, a record that reproduces it, and
+the env's horizon handled before anything trains (docs/preferences.md, "Your own env")."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from backflip.config import PrefsConfig, TrainConfig, resolve, run_kind
+from backflip.errors import UserError
+
+
+def build(home, *argv):
+    """The config `backflip prefs ...` would launch, through the command's own parsing."""
+    from backflip.cli import build_parser
+    from backflip.commands.prefs import build as build_prefs
+
+    notes: list[str] = []
+    return build_prefs(build_parser().parse_args(list(argv)), home, notes), notes
+
+
+def record_of(cfg: TrainConfig, argv=("backflip",), message="") -> dict:
+    return {"config": cfg.to_dict(), "argv": list(argv), "message": message}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # a preset env, the preset's settings and a few of ours
+        ("prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labels", "300",
+         "--set", "prefs.selection=entropy", "--set", "prefs.hidden=32,32", "--seeds", "2"),
+        # an env without a preset: settings derived from it, one given back to its default
+        ("prefs", "train", "ppo", "--env", "CartPole-v1", "--steps", "20000",
+         "--set", "prefs.segment_length=25", "--set", "prefs.task=keep it up, please",
+         "--labeler", "bpref-mistake", "--seed-list", "3,5"),
+        ("prefs", "train", "sac", "--env", "Pendulum-v1", "--set", "prefs.horizon=variable"),
+        ("prefs", "gather", "--env", "Acrobot-v1", "--labels", "40", "--seeds", "1"),
+    ],
+)  # fmt: skip
+def test_the_reproduce_line_of_a_preference_run_rebuilds_its_config(tmp_path, argv):
+    from backflip.summary import reproduce_command
+
+    cfg, _ = build(tmp_path, *argv)
+    line = reproduce_command(record_of(cfg))
+    words = shlex.split(line)
+    assert words[:2] == ["backflip", "prefs"], line  # a preference run, not `backflip train`
+    again, _ = build(tmp_path, *words[1:])
+    assert again.to_dict() == cfg.to_dict(), line
+    assert again.kind == "prefs" and run_kind(again.to_dict()) == "prefs"
+
+
+def test_a_frozen_reward_model_run_reproduces_with_its_model(tmp_path):
+    from backflip.runs.records import create_run
+    from backflip.summary import reproduce_command
+
+    source, _ = create_run(tmp_path, resolve("ppo", "CartPole-v1", [0], 1000).to_dict(), ["x"])
+    cfg, _ = build(tmp_path, "prefs", "train", "ppo", "--env", "CartPole-v1", "--reward-model",
+                   str(source), "--seeds", "1", "--steps", "5000")  # fmt: skip
+    assert cfg.prefs.stage == "policy" and cfg.prefs.labels == 0
+    words = shlex.split(reproduce_command(record_of(cfg)))
+    assert "--reward-model" in words
+    again, _ = build(tmp_path, *words[1:])
+    assert again.to_dict() == cfg.to_dict()
+
+
+def test_a_plain_run_reproduces_as_backflip_train(tmp_path):
+    from backflip.summary import reproduce_command
+
+    cfg = resolve("ppo", "CartPole-v1", [0, 1], 5000, set_values={"lr": "0.01"})
+    line = reproduce_command(record_of(cfg))
+    assert line.startswith("backflip train ppo --env CartPole-v1") and "--set lr=0.01" in line
+
+
+def test_the_kind_is_a_field_and_prefs_keys_belong_to_preference_runs():
+    cfg = resolve("ppo", "CartPole-v1", [0], 1000, set_values={"prefs.labels": "30"}, kind="prefs")
+    assert cfg.kind == "prefs" and cfg.prefs.labels == 30
+    assert cfg.to_dict()["kind"] == "prefs" and cfg.flat()["prefs.labels"] == 30
+    with pytest.raises(UserError, match=r"prefs\.\* keys are for `backflip prefs train`"):
+        resolve("ppo", "CartPole-v1", [0], 1000, set_values={"prefs.labels": "30"})
+    # a record written before the field existed: a prefs section means a preference run
+    old = {k: v for k, v in cfg.to_dict().items() if k != "kind"}
+    assert TrainConfig.from_dict(old).kind == "prefs"
+    plain = resolve("ppo", "CartPole-v1", [0], 1000).to_dict()
+    assert TrainConfig.from_dict(plain).kind == "plain" and "prefs" not in plain
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("prefs.labels", "-1", "prefs.labels must be in [0, 1000000]"),
+        ("prefs.labeler", "bpref-lazy", "prefs.labeler must be one of synthetic, human"),
+        ("prefs.horizon", "forever", "prefs.horizon must be one of auto, absorb"),
+        ("prefs.cnn", "resnet", "prefs.cnn must be one of auto, paper, keypoints, small"),
+        ("prefs.teacher_gamma", "0", "prefs.teacher_gamma must be in (0, 1]"),
+        ("prefs.dropout", "1", "prefs.dropout must be in [0, 1)"),
+        ("prefs.segment_length", "many", "not an integer"),
+    ],
+)
+def test_prefs_settings_are_checked_by_the_one_domain_table(key, value, says):
+    with pytest.raises(UserError) as e:
+        resolve("ppo", "CartPole-v1", [0], 1000, set_values={key: value}, kind="prefs")
+    assert says in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"steps": "many"},
+        {"seeds": "0,1"},
+        {"hp": {"lr": "fast"}},
+        {"prefs": {"labels": "lots"}},
+        {"prefs": {"no_such_key": 1}},
+        {"kind": "robot"},
+        {"env": [1, 2]},
+    ],
+)
+def test_a_config_with_a_wrong_typed_field_is_one_user_error(bad):
+    good = resolve("ppo", "CartPole-v1", [0], 1000, kind="prefs").to_dict()
+    with pytest.raises(UserError):
+        TrainConfig.from_dict({**good, **bad})
+
+
+def test_a_section_built_by_hand_is_checked_too():
+    with pytest.raises(UserError, match=r"prefs\.members"):
+        PrefsConfig(members=0)
+    with pytest.raises(UserError, match=r"obs\+action"):
+        PrefsConfig(action_input="heads", reward_input="progress")
+
+
+# --- the horizon ---------------------------------------------------------------------------------
+
+
+def test_a_terminating_env_gets_the_absorbing_horizon_by_default(tmp_path):
+    cfg, notes = build(tmp_path, "prefs", "train", "ppo", "--env", "CartPole-v1", "--seeds", "1")
+    assert cfg.prefs.horizon == "absorb"  # resolved at launch, recorded as such
+    line = next(n for n in notes if n.startswith("horizon:"))
+    assert "fixed at 500 steps" in line and "absorbing state" in line
+    assert "of 20 random episodes ended before the time limit" in line
+    variable, notes = build(
+        tmp_path, "prefs", "train", "ppo", "--env", "CartPole-v1", "--set", "prefs.horizon=variable"
+    )
+    assert variable.prefs.horizon == "variable"
+    assert any("length can carry the learned reward" in n for n in notes)
+
+
+def test_an_env_without_a_time_limit_is_given_one_and_says_so(tmp_path):
+    gym.register("NoLimitCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    try:
+        cfg, notes = build(tmp_path, "prefs", "train", "ppo", "--env", "NoLimitCartPole-v0")
+        assert cfg.env.max_episode_steps == 1000
+        assert any("env.max_episode_steps=1000: the env has no time limit" in n for n in notes)
+        with pytest.raises(UserError, match="has no time limit"):
+            build(tmp_path, "prefs", "train", "ppo", "--env", "NoLimitCartPole-v0",
+                  "--set", "env.max_episode_steps=0")  # fmt: skip
+    finally:
+        gym.registry.pop("NoLimitCartPole-v0")
+
+
+def test_absorbing_keeps_the_horizon_and_the_true_return(tmp_path):
+    """CartPole under a random policy falls in ~20 steps: with the absorbing treatment every
+    episode lasts 500 steps, holds its last observation with reward 0 after the fall, and its
+    return is the env's own; evaluation envs are the env's."""
+    from backflip.envs import make_env, make_vec
+    from backflip.envs.horizon import AbsorbAfterTermination, RestartAfterTermination
+
+    plain = make_env("CartPole-v1")
+    env = make_env("CartPole-v1", wrap=AbsorbAfterTermination)
+    plain.action_space.seed(1)
+    actions = [plain.action_space.sample() for _ in range(500)]
+    own_return, own_len = 0.0, 0
+    plain.reset(seed=3)
+    for a in actions:
+        _, r, term, trunc, _ = plain.step(a)
+        own_return += r
+        own_len += 1
+        if term or trunc:
+            break
+    obs, _ = env.reset(seed=3)
+    total, t, ended, held = 0.0, 0, 0, []
+    for a in actions:
+        obs, r, term, trunc, info = env.step(a)
+        total += r
+        t += 1
+        ended += bool(info.get("terminated_early"))
+        if t > own_len:
+            held.append(obs)
+        assert not term
+        if trunc:
+            break
+    assert t == 500 and ended == 1 and own_len < 500
+    assert total == own_return  # the env's own return: reward 0 after the end
+    assert all(np.array_equal(h, held[0]) for h in held)  # the last observation, held
+    # restart: the env starts again inside the episode, which still lasts 500 steps
+    restart = make_env("CartPole-v1", wrap=RestartAfterTermination)
+    restart.reset(seed=3)
+    steps = sum(1 for _ in iter(lambda: restart.step(restart.action_space.sample())[3], True))
+    assert steps + 1 == 500
+    # vectorized (what a seed makes), and evaluation envs are the env's own
+    envs = make_vec("CartPole-v1", 4, wrap=AbsorbAfterTermination)
+    envs.reset(seed=0)
+    for _ in range(499):
+        _, _, term, trunc, _ = envs.step(envs.action_space.sample())
+        assert not term.any() and not trunc.any()
+    assert envs.step(envs.action_space.sample())[3].all()
+
+
+def test_a_preference_run_on_a_terminating_env_reports_the_env_s_own_return(home, cli):
+    """End to end on CartPole (falls under a random policy): the run records its horizon, the
+    seed's episodes last the horizon, the env's terminations are counted, and the true return
+    the summary reports is the evaluation on the env's own episodes."""
+    from backflip.runs.archive import load_run
+    from backflip.telemetry import read_episodes, read_metrics
+
+    proc = cli(
+        "prefs", "train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "6000",
+        "--labels", "20", "--set", "prefs.pretrain_updates=20", "--set", "prefs.tick_steps=512",
+        "--set", "eval_episodes=3", "--json", "--no-progress",
+    )  # fmt: skip
+    assert "horizon: fixed at 500 steps (prefs.horizon=absorb)" in proc.stderr
+    import json
+
+    record = load_run(json.loads(proc.stdout)["dir"])
+    assert record["config"]["prefs"]["horizon"] == "absorb"
+    assert any(n.startswith("horizon: fixed at 500") for n in record["notes"])
+    folder = f"{record['dir']}/seeds/0"
+    _, _, lengths = read_episodes(f"{folder}/episodes.csv")
+    assert set(lengths.tolist()) == {500}  # every training episode lasts the horizon
+    metrics = read_metrics(f"{folder}/metrics.csv")
+    assert metrics["prefs/env_terminations"][-1][1] > 0
+    evals = record["seeds"][0]["final_eval_returns"]
+    assert all(r <= 500 for r in evals) and record["seeds"][0]["final_eval_return"] < 500
+
+
+def test_dataclass_replace_keeps_the_kind_consistent():
+    cfg = resolve("ppo", "CartPole-v1", [0], 1000, kind="prefs")
+    with pytest.raises(UserError):
+        dataclasses.replace(cfg, prefs=None)
