@@ -170,12 +170,16 @@ class PrefsConfig:
     """full, gather (initial labels only), pretrain (reward model only), policy (frozen model)"""
     horizon: str = "auto"
     """how episodes that end early are handled, so that their length cannot carry the reward
-    (docs/preferences.md, "The horizon"): absorb (the episode goes on in an absorbing state, the
-    last observation held with reward 0, until the time limit: the reward model sees the end and
-    learns whether it is good or bad), restart (the env restarts inside the episode until the
-    time limit, as CartPoleFixedHorizon: a fixed-horizon episode then holds several of the env's),
-    variable (episodes end when the env ends them: the length leaks reward, with a warning) or
-    auto (absorb; said at launch)"""
+    (docs/preferences.md, "The horizon"): every episode lasts the time limit, and after the env
+    ends one it goes on in an absorbing state (the last observation held, reward 0, one learned
+    value in the reward model: the labels say whether ending is good or bad), for absorb_steps
+    steps and then the env restarts inside the episode (restart), or until the time limit
+    (absorb); variable keeps the env's own episodes (their length leaks reward: a warning);
+    auto is restart (said at launch)"""
+    absorb_steps: int = 5
+    """prefs.horizon=restart: steps in the absorbing state after the env ends an episode, before
+    it restarts (each end costs this many steps of the absorbing state's value; 0: restart at
+    once, as CartPoleFixedHorizon)"""
     mode: str = "sync"
     """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a
     background thread: faster on a free core, not reproducible)"""
@@ -522,6 +526,7 @@ DOMAINS: dict[str, Domain] = {
     "prefs.labeler": Domain(choices=LABELERS),
     "prefs.stage": Domain(choices=PREF_STAGES),
     "prefs.horizon": Domain(choices=HORIZONS),
+    "prefs.absorb_steps": Domain(0, 1_000_000),
     "prefs.mode": Domain(choices=("sync", "async")),
     "prefs.reward_input": Domain(choices=REWARD_INPUTS),
     "prefs.action_input": Domain(choices=("concat", "heads")),

@@ -89,7 +89,8 @@ def mlp(
 
 
 class NatureCNN(nn.Module):
-    """The DQN-Nature encoder for 84x84 stacked frames (uint8 in, features out).
+    """The DQN-Nature encoder for stacked frames (uint8 in, features out): 84x84 in the papers,
+    any size from 36x36 here (`backflip.cnns`), the linear layer sized to the last feature map.
 
     With `channels_last` (the default) the convolutions run on NHWC tensors: the weights are
     stored channels-last and each input batch is permuted once, as uint8, before it is scaled.
@@ -100,9 +101,18 @@ class NatureCNN(nn.Module):
     last feature map in NCHW order either way, so the linear layer sees the same features.
     """
 
-    def __init__(self, in_channels: int, features: int = 512, channels_last: bool = True):
+    def __init__(
+        self,
+        in_channels: int,
+        features: int = 512,
+        channels_last: bool = True,
+        frame: tuple[int, int] = (84, 84),
+    ):
         super().__init__()
         self.channels_last = channels_last
+        h, w = frame  # 84x84: a 7x7 map of 64 channels before the linear layer
+        for k, stride in ((8, 4), (4, 2), (3, 1)):
+            h, w = (h - k) // stride + 1, (w - k) // stride + 1
         self.net = nn.Sequential(
             layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
             nn.ReLU(),
@@ -111,7 +121,7 @@ class NatureCNN(nn.Module):
             layer_init(nn.Conv2d(64, 64, 3, stride=1)),
             nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, features)),
+            layer_init(nn.Linear(64 * h * w, features)),
             nn.ReLU(),
         )
         self.out_dim = features
@@ -211,7 +221,7 @@ def encoder(obs_shape: tuple[int, ...], cnn: str = "auto"):
         elif name == "small":
             net = SmallCNN(obs_shape)
         else:
-            net = NatureCNN(obs_shape[0])
+            net = NatureCNN(obs_shape[0], frame=tuple(obs_shape[1:]))
         return net, net.out_dim
     return nn.Identity(), int(np.prod(obs_shape))
 

@@ -4,6 +4,7 @@ the env's horizon handled before anything trains (docs/preferences.md, "Your own
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 
 import gymnasium as gym
@@ -134,11 +135,11 @@ def test_a_section_built_by_hand_is_checked_too():
 # --- the horizon ---------------------------------------------------------------------------------
 
 
-def test_a_terminating_env_gets_the_absorbing_horizon_by_default(tmp_path):
+def test_a_terminating_env_gets_a_fixed_horizon_by_default(tmp_path):
     cfg, notes = build(tmp_path, "prefs", "train", "ppo", "--env", "CartPole-v1", "--seeds", "1")
-    assert cfg.prefs.horizon == "absorb"  # resolved at launch, recorded as such
+    assert cfg.prefs.horizon == "restart"  # resolved at launch, recorded as such
     line = next(n for n in notes if n.startswith("horizon:"))
-    assert "fixed at 500 steps" in line and "absorbing state" in line
+    assert "fixed at 500 steps" in line and "absorbing state" in line and "for 5 steps" in line
     assert "of 20 random episodes ended before the time limit" in line
     variable, notes = build(
         tmp_path, "prefs", "train", "ppo", "--env", "CartPole-v1", "--set", "prefs.horizon=variable"
@@ -160,47 +161,64 @@ def test_an_env_without_a_time_limit_is_given_one_and_says_so(tmp_path):
         gym.registry.pop("NoLimitCartPole-v0")
 
 
-def test_absorbing_keeps_the_horizon_and_the_true_return(tmp_path):
-    """CartPole under a random policy falls in ~20 steps: with the absorbing treatment every
-    episode lasts 500 steps, holds its last observation with reward 0 after the fall, and its
-    return is the env's own; evaluation envs are the env's."""
-    from backflip.envs import make_env, make_vec
-    from backflip.envs.horizon import AbsorbAfterTermination, RestartAfterTermination
+def play(env, actions, seed=3):
+    """Step `env` with `actions` from a reset: (observations, rewards, infos, truncated at)."""
+    obs, _ = env.reset(seed=seed)
+    out, rewards, infos = [obs], [], []
+    for t, a in enumerate(actions, 1):
+        obs, r, term, trunc, info = env.step(a)
+        assert not term  # a fixed horizon never terminates
+        out.append(obs)
+        rewards.append(r)
+        infos.append(info)
+        if trunc:
+            return out, rewards, infos, t
+    return out, rewards, infos, None
+
+
+def test_the_absorbing_state_keeps_the_horizon_and_the_env_s_return():
+    """CartPole under a random policy falls in ~20 steps: every episode lasts 500 steps; after
+    the fall the last observation is held with reward 0 (prefs.horizon=absorb: to the time
+    limit), each such step marked; the return is the env's own."""
+    from backflip.envs import make_env
+    from backflip.envs.horizon import FixedHorizon
 
     plain = make_env("CartPole-v1")
-    env = make_env("CartPole-v1", wrap=AbsorbAfterTermination)
     plain.action_space.seed(1)
-    actions = [plain.action_space.sample() for _ in range(500)]
-    own_return, own_len = 0.0, 0
+    actions = [plain.action_space.sample() for _ in range(600)]
     plain.reset(seed=3)
+    own_return = own_len = 0
     for a in actions:
         _, r, term, trunc, _ = plain.step(a)
-        own_return += r
-        own_len += 1
+        own_return, own_len = own_return + r, own_len + 1
         if term or trunc:
             break
-    obs, _ = env.reset(seed=3)
-    total, t, ended, held = 0.0, 0, 0, []
-    for a in actions:
-        obs, r, term, trunc, info = env.step(a)
-        total += r
-        t += 1
-        ended += bool(info.get("terminated_early"))
-        if t > own_len:
-            held.append(obs)
-        assert not term
-        if trunc:
-            break
-    assert t == 500 and ended == 1 and own_len < 500
-    assert total == own_return  # the env's own return: reward 0 after the end
-    assert all(np.array_equal(h, held[0]) for h in held)  # the last observation, held
-    # restart: the env starts again inside the episode, which still lasts 500 steps
-    restart = make_env("CartPole-v1", wrap=RestartAfterTermination)
-    restart.reset(seed=3)
-    steps = sum(1 for _ in iter(lambda: restart.step(restart.action_space.sample())[3], True))
-    assert steps + 1 == 500
-    # vectorized (what a seed makes), and evaluation envs are the env's own
-    envs = make_vec("CartPole-v1", 4, wrap=AbsorbAfterTermination)
+    obs, rewards, infos, end = play(make_env("CartPole-v1", wrap=FixedHorizon), actions)
+    assert end == 500 and own_len < 500 and sum(rewards) == own_return
+    assert infos[own_len - 1].get("terminated_early")
+    absorbed = [bool(i.get("absorbing")) for i in infos]
+    assert absorbed == [False] * own_len + [True] * (500 - own_len)
+    assert all(np.array_equal(o, obs[own_len]) for o in obs[own_len:])  # held
+
+
+def test_a_restart_after_a_few_absorbing_steps_gives_another_try():
+    from backflip.envs import make_env, make_vec
+    from backflip.envs.horizon import FixedHorizon
+
+    env = make_env("CartPole-v1", wrap=functools.partial(FixedHorizon, restart_after=5))
+    env.action_space.seed(1)
+    obs, rewards, infos, end = play(env, [env.action_space.sample() for _ in range(600)])
+    assert end == 500
+    ends = [t for t, i in enumerate(infos) if i.get("terminated_early")]
+    assert len(ends) > 5  # many tries in one episode
+    first = ends[0]
+    flags = [bool(i.get("absorbing")) for i in infos[first + 1 : first + 7]]
+    assert flags == [True] * 5 + [False]  # 5 steps in the absorbing state, then live again
+    assert all(np.array_equal(o, obs[first + 1]) for o in obs[first + 1 : first + 5])
+    assert not np.array_equal(obs[first + 6], obs[first + 1])  # a fresh start
+    assert all(r == 0 for r in rewards[first + 1 : first + 6])
+    # vectorized (what a seed makes): no copy terminates, all truncate at 500
+    envs = make_vec("CartPole-v1", 4, wrap=functools.partial(FixedHorizon, restart_after=5))
     envs.reset(seed=0)
     for _ in range(499):
         _, _, term, trunc, _ = envs.step(envs.action_space.sample())
@@ -212,6 +230,8 @@ def test_a_preference_run_on_a_terminating_env_reports_the_env_s_own_return(home
     """End to end on CartPole (falls under a random policy): the run records its horizon, the
     seed's episodes last the horizon, the env's terminations are counted, and the true return
     the summary reports is the evaluation on the env's own episodes."""
+    import json
+
     from backflip.runs.archive import load_run
     from backflip.telemetry import read_episodes, read_metrics
 
@@ -220,17 +240,18 @@ def test_a_preference_run_on_a_terminating_env_reports_the_env_s_own_return(home
         "--labels", "20", "--set", "prefs.pretrain_updates=20", "--set", "prefs.tick_steps=512",
         "--set", "eval_episodes=3", "--json", "--no-progress",
     )  # fmt: skip
-    assert "horizon: fixed at 500 steps (prefs.horizon=absorb)" in proc.stderr
-    import json
-
+    assert "horizon: fixed at 500 steps (prefs.horizon=restart)" in proc.stderr
     record = load_run(json.loads(proc.stdout)["dir"])
-    assert record["config"]["prefs"]["horizon"] == "absorb"
+    assert record["config"]["prefs"]["horizon"] == "restart"
     assert any(n.startswith("horizon: fixed at 500") for n in record["notes"])
     folder = f"{record['dir']}/seeds/0"
     _, _, lengths = read_episodes(f"{folder}/episodes.csv")
     assert set(lengths.tolist()) == {500}  # every training episode lasts the horizon
     metrics = read_metrics(f"{folder}/metrics.csv")
-    assert metrics["prefs/env_terminations"][-1][1] > 0
+    assert metrics["prefs/env_terminations"][1][-1] > 0
+    # the true return reported is of the env's own episodes (a few dozen steps at this stage),
+    # not of the 500-step fixed-horizon episodes the policy trained in
+    assert 0 < metrics["prefs/true_return_mean"][1][-1] < 200
     evals = record["seeds"][0]["final_eval_returns"]
     assert all(r <= 500 for r in evals) and record["seeds"][0]["final_eval_return"] < 500
 

@@ -157,7 +157,7 @@ def env_settings(cfg, facts, notes: list[str] | None) -> dict:
 
 
 def fix_horizon(cfg, facts, notes: list[str] | None):
-    """`prefs.horizon=auto` made concrete (absorb), checked against the env (a fixed horizon
+    """`prefs.horizon=auto` made concrete (restart), checked against the env (a fixed horizon
     needs a time limit), and said in one line; the CNNs checked against the frames."""
     from backflip.envs import episode_limit
     from backflip.envs.horizon import horizon_treatment
@@ -171,27 +171,15 @@ def fix_horizon(cfg, facts, notes: list[str] | None):
             f"{cfg.env_id} has no time limit: prefs.horizon={treatment} needs one "
             "(--set env.max_episode_steps=N)"
         )
-    check_networks(cfg, facts)
-    if notes is not None and pcfg.stage != "pretrain":
-        notes.append(horizon_line(facts, treatment, horizon or 0))
-    prefs = dataclasses.replace(pcfg, horizon=treatment)
-    return dataclasses.replace(cfg, prefs=prefs)
-
-
-def check_networks(cfg, facts) -> None:
-    """The policy's and the reward model's networks fit the env (one line, before the run is
-    created, never a PyTorch shape error in a seed): the CNNs fit its frames, action heads have
-    discrete actions to pick from."""
-    from backflip.cnns import POLICY_CNN_MIN, REWARD_CNN_MIN, pick_cnn
+    from backflip.commands.train import check_cnns
     from backflip.prefs.derive import check_action_input
 
-    check_action_input(cfg.prefs, facts.discrete, facts.action_space)
-    obs_shape = facts.obs_shape
-    if len(obs_shape) != 3:
-        return
-    if hasattr(cfg.hp, "cnn"):
-        pick_cnn(cfg.hp.cnn, obs_shape, POLICY_CNN_MIN, "nature", "cnn")
-    pick_cnn(cfg.prefs.cnn, obs_shape, REWARD_CNN_MIN, "paper", "prefs.cnn")
+    check_action_input(pcfg, facts.discrete, facts.action_space)
+    check_cnns(cfg, facts.obs_shape)  # before --list-keys, as execute() checks it again
+    if notes is not None and pcfg.stage != "pretrain":
+        notes.append(horizon_line(facts, treatment, horizon or 0, pcfg.absorb_steps))
+    prefs = dataclasses.replace(pcfg, horizon=treatment)
+    return dataclasses.replace(cfg, prefs=prefs)
 
 
 def ask_task(pcfg, interactive: bool) -> None:

@@ -161,12 +161,13 @@ def execute(
     prepare(backend)  # the seeds' server imports torch while the launcher checks and records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AtariProtocolWarning)
-        check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+        obs_shape = check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
     for w in caught:
         if issubclass(w.category, AtariProtocolWarning):
             print(f"warning: {w.message}", file=sys.stderr, flush=True)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    check_cnns(cfg, obs_shape)
     check_device(cfg.run.device)
     workers = workers or os.cpu_count() or 1
     expected = expected_seconds(home, cfg.algo, cfg.env_id, cfg.steps, len(cfg.seeds), workers)
@@ -210,6 +211,19 @@ def execute(
         if record["status"] == "interrupted":
             print(f"continue the unfinished seeds with: backflip resume {record['id']}")
     return {"finished": 0, "interrupted": 130}.get(record["status"], 1)
+
+
+def check_cnns(cfg, obs_shape: tuple[int, ...]) -> None:
+    """The policy's CNN (and a preference run's reward CNN) fit the env's frames: one line
+    before the run is created, never a PyTorch shape error in a seed (`backflip.cnns`)."""
+    from backflip.cnns import POLICY_CNN_MIN, REWARD_CNN_MIN, pick_cnn
+
+    if len(obs_shape) != 3:
+        return
+    if hasattr(cfg.hp, "cnn"):
+        pick_cnn(cfg.hp.cnn, obs_shape, POLICY_CNN_MIN, "nature", "cnn")
+    if cfg.prefs is not None:
+        pick_cnn(cfg.prefs.cnn, obs_shape, REWARD_CNN_MIN, "paper", "prefs.cnn")
 
 
 def check_backend(backend: str, address: str | dict | None) -> None:

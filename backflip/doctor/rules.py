@@ -1850,8 +1850,8 @@ KOSTRIKOV = "Kostrikov et al. 2019, 'Discriminator-Actor-Critic' (absorbing stat
     "positive (survival bias: an env that ends at failure is 'solved' by surviving whatever "
     "r̂ says) and for ending early where it is mostly negative (the mirror: an env that ends "
     "at success learns never to finish); the reward model never sees the end",
-    check_next="prefs.horizon=absorb (the default: the episode goes on in an absorbing state "
-    "the reward model sees) or restart; prefs/len_return_corr",
+    check_next="prefs.horizon=restart (the default: a fixed horizon, the end an absorbing state "
+    "the reward model values, then a fresh start) or absorb; prefs/len_return_corr",
     source=f"Christiano et al. 2017 (termination removed); {KOSTRIKOV}",
     live=True,
 )
@@ -1886,8 +1886,8 @@ def prefs_variable_horizon(d: RunData):
     cause="the episode's length, not the reward model, decides what the policy is paid: "
     "survival bias when longer episodes earn more learned return (the agent is paid for "
     "staying alive), its mirror when shorter ones do (paid for ending the episode)",
-    check_next="prefs.horizon=absorb (a fixed horizon, the end an absorbing state the reward "
-    "model judges); prefs/terminated_frac, backflip prefs check-reward RUN",
+    check_next="prefs.horizon=restart or absorb (a fixed horizon, the end an absorbing state "
+    "the reward model values); prefs/terminated_frac, backflip prefs check-reward RUN",
     source=f"{KOSTRIKOV}; Christiano et al. 2017",
     live=True,
 )

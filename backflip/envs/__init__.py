@@ -146,8 +146,11 @@ def space_kind(space: gym.Space) -> str:
     return type(space).__name__
 
 
-def check_supported(algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOptions) -> None:
-    """Raise a UserError if `algo` can't act in `env_id` (e.g. DQN on a Box action space)."""
+def check_supported(
+    algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOptions
+) -> tuple[int, ...]:
+    """Raise a UserError if `algo` can't act in `env_id` (e.g. DQN on a Box action space); the
+    shape of the observations the networks will read."""
     try:
         env = make_env(env_id, opts)
     except UserError:
@@ -169,6 +172,7 @@ def check_supported(algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOpt
             "continuous policies emit floats: use a float Box, or Discrete/MultiDiscrete "
             "for whole-number actions"
         )
+    return tuple(obs.shape)
 
 
 def make_env(

@@ -7,89 +7,89 @@ drops) then pays the agent for staying alive whatever r̂ judges — survival bi
 that ends at *success* (Acrobot swings up, MountainCar reaches the flag) pays it to never finish,
 the mirror (Kostrikov et al. 2019, "Discriminator-Actor-Critic", name both for learned rewards).
 Christiano et al. (2017) removed termination from their MuJoCo tasks; `imitation` refuses
-variable horizons; seals makes classic envs fixed-horizon. Two treatments, per env copy:
+variable horizons; seals makes classic envs fixed-horizon.
 
-- `AbsorbAfterTermination` (`prefs.horizon=absorb`, the default): after the env terminates,
-  the episode goes on in an absorbing state until the time limit: the last observation is held,
-  the reward is 0, actions do nothing (seals' `AbsorbAfterDoneWrapper`). The episode's return is
-  the env's own, and the reward model sees the end: a labeler who prefers the clip that stayed
-  up (or the one that reached the goal) teaches it whether ending is bad (or good).
-- `RestartAfterTermination` (`prefs.horizon=restart`): the env restarts from a fresh reset inside
-  the episode, until the time limit (`CartPoleFixedHorizon-v1`, a lost life in Atari): more of
-  the task per episode, but a fixed-horizon episode then holds several of the env's, and its
-  return is their sum (evaluation still plays the env's own episodes).
+`FixedHorizon` keeps every episode exactly as long as the env's time limit (its spec's
+`max_episode_steps`, which `env.*` options may override: a preference run gives one to an env
+that has none). When the env terminates, the episode goes on in an **absorbing state**: the last
+observation held, reward 0, actions ignored (seals' `AbsorbAfterDoneWrapper`), each such step
+marked `info["absorbing"] = True`; the reward model pays one learned value for it, whatever the
+observation held and the action (`prefs/reward_model.py`), so the labels decide whether ending
+is good or bad, and the policy cannot choose where to end to be paid by the model's
+extrapolation. Then, with `restart_after` = k, after k absorbing steps the env restarts from a
+fresh reset inside the episode (`prefs.horizon=restart`, the default: like a lost life in Atari
+or `CartPoleFixedHorizon-v1`, each end costs k steps of the absorbing state's value and the
+policy gets another try); without it, the absorbing state lasts until the time limit
+(`prefs.horizon=absorb`: the episode's return is exactly the env's, but a policy that ends early
+spends most of its experience absorbed: PPO on CartPole's true reward under it reached a greedy
+41 in 6e4 steps, against 496 with restarts after 5 absorbing steps).
 
-Both truncate at the env's time limit (its spec's `max_episode_steps`, which `env.*` options may
-override: a preference run gives one to an env that has none) and mark a step that terminated
-the env with `info["terminated_early"] = True`, so the pipeline can count how often the env ended
-an episode. Evaluation envs never get these wrappers: the true return reported is the env's own.
+A step that terminated the env is marked `info["terminated_early"] = True`, so the pipeline
+counts the env's own episodes (their true return is what it reports). Evaluation envs never get
+this wrapper: the true return of the final evaluation is the env's own.
 """
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 
 
-class _FixedHorizon(gym.Wrapper):
-    """Counts steps to the env's time limit; subclasses say what happens at a termination."""
+class FixedHorizon(gym.Wrapper):
+    """Episodes of exactly the env's time limit; after a termination the absorbing state, for
+    `restart_after` steps and then a fresh start (None: until the time limit)."""
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, restart_after: int | None = None):
         super().__init__(env)
         spec = env.spec
         limit = spec.max_episode_steps if spec is not None else None
         if not limit:
             raise ValueError(
-                f"{type(self).__name__} needs a time limit (the env's spec has none): set "
+                "a fixed horizon needs a time limit (the env's spec has none): set "
                 "env.max_episode_steps"
             )
         self.horizon = int(limit)
+        self.restart_after = restart_after
         self.t = 0
-
-    def reset(self, **kwargs):
-        self.t = 0
-        return self.env.reset(**kwargs)
-
-
-class AbsorbAfterTermination(_FixedHorizon):
-    """After termination: the last observation held, reward 0, until the time limit."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        self.absorbing = False
+        self.absorbing = 0  # steps since the termination, in the absorbing state
         self.last_obs = None
 
     def reset(self, **kwargs):
-        self.absorbing, self.last_obs = False, None
-        return super().reset(**kwargs)
+        self.t, self.absorbing, self.last_obs = 0, 0, None
+        return self.env.reset(**kwargs)
 
     def step(self, action):
         self.t += 1
+        end = self.t >= self.horizon
         if self.absorbing:
-            return self.last_obs, 0.0, False, self.t >= self.horizon, {}
+            if self.restart_after is not None and self.absorbing >= self.restart_after:
+                # the last absorbing step leads to a fresh start (the env's own generator)
+                self.absorbing, self.last_obs = 0, None
+                obs, _ = self.env.reset()
+                return obs, 0.0, False, end, {"absorbing": True}
+            self.absorbing += 1
+            return self.last_obs, 0.0, False, end, {"absorbing": True}
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated:
-            self.absorbing, self.last_obs = True, obs
             info = {**info, "terminated_early": True}
-        return obs, reward, False, truncated or self.t >= self.horizon, info
-
-
-class RestartAfterTermination(_FixedHorizon):
-    """After termination: a fresh reset of the env inside the episode, until the time limit."""
-
-    def step(self, action):
-        self.t += 1
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if terminated:
-            # a fresh start from the env's own generator, without reseeding it
-            obs, _ = self.env.reset()
-            info = {**info, "terminated_early": True}
-        return obs, reward, False, truncated or self.t >= self.horizon, info
-
-
-TREATMENTS = {"absorb": AbsorbAfterTermination, "restart": RestartAfterTermination}
-"""`prefs.horizon` -> the per-copy wrapper (variable: none)."""
+            if self.restart_after == 0:  # no absorbing step: the next step is a fresh start
+                obs, _ = self.env.reset()
+            else:
+                self.absorbing, self.last_obs = 1, obs
+        return obs, reward, False, truncated or end, info
 
 
 def horizon_treatment(pcfg) -> str:
-    """`prefs.horizon` as a seed applies it: auto is absorb."""
-    return "absorb" if pcfg.horizon == "auto" else pcfg.horizon
+    """`prefs.horizon` as a seed applies it: auto is restart."""
+    return "restart" if pcfg.horizon == "auto" else pcfg.horizon
+
+
+def horizon_wrapper(pcfg):
+    """The per-copy wrapper of `prefs.horizon` (a picklable callable: checkpoints keep the
+    envs), or None for `variable`."""
+    treatment = horizon_treatment(pcfg)
+    if treatment == "variable":
+        return None
+    restart_after = pcfg.absorb_steps if treatment == "restart" else None
+    return functools.partial(FixedHorizon, restart_after=restart_after)

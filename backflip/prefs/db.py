@@ -4,7 +4,9 @@
       meta(key, value)        env id, shapes, segment length, label target, the task statement,
                               the reward model's latest validation accuracy, whether (and by
                               whom) labeling was ended early
-      segments(id, ...)       a clip of experience: observations, actions, true rewards (blobs)
+      segments(id, ...)       a clip of experience: observations, actions, true rewards (blobs),
+                              and which of its steps were taken in the absorbing state of a
+                              fixed horizon (`absorbing`, NULL: none; envs/horizon.py)
       queries(id, left, right, status, label, needs, ...)
                               a pair of segments shown to labelers; status pending, labeled or
                               skipped ("can't tell"); label in [0, 1]: 1 = left better, 0 = right,
@@ -47,7 +49,8 @@ CREATE TABLE IF NOT EXISTS segments (
     true_return REAL NOT NULL,
     obs BLOB NOT NULL,
     actions BLOB NOT NULL,
-    rewards BLOB NOT NULL
+    rewards BLOB NOT NULL,
+    absorbing BLOB
 );
 CREATE TABLE IF NOT EXISTS queries (
     id INTEGER PRIMARY KEY,
@@ -98,7 +101,9 @@ def combine(choices: list[str]) -> tuple[str, float | None]:
 class Segment:
     """`length` consecutive steps of one env copy: obs[t], actions[t], true rewards[t], and
     `predicted`, the learned reward the policy was paid over them (None where no model paid it:
-    random-policy clips, segments read back from the database)."""
+    random-policy clips, segments read back from the database). `absorbing[t]`: step t was taken
+    in the absorbing state of a fixed horizon, after the env ended the episode (None: no step
+    was; `envs/horizon.py`)."""
 
     obs: np.ndarray
     actions: np.ndarray
@@ -106,6 +111,13 @@ class Segment:
     step: int = 0
     id: int | None = None
     predicted: float | None = None
+    absorbing: np.ndarray | None = None
+
+    def absorbed(self) -> np.ndarray:
+        """`absorbing` as a boolean per step (all False when None)."""
+        if self.absorbing is None:
+            return np.zeros(len(self.rewards), bool)
+        return np.asarray(self.absorbing, bool)
 
     @property
     def true_return(self) -> float:
@@ -140,7 +152,13 @@ class PreferenceDB:
 
     def _migrate(self) -> None:
         """Bring a database written before answers were kept per person up to this schema: its
-        `queries` table allowed only hard labels and had no `needs` column."""
+        `queries` table allowed only hard labels and had no `needs` column; and one written
+        before segments kept their absorbing steps (none were: NULL)."""
+        (segments,) = self.conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'segments'"
+        ).fetchone()
+        if "absorbing" not in segments:
+            self.conn.execute("ALTER TABLE segments ADD COLUMN absorbing BLOB")
         (sql,) = self.conn.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'queries'"
         ).fetchone()
@@ -174,8 +192,8 @@ class PreferenceDB:
 
     def _insert_segment(self, seg: Segment) -> int:
         cur = self.conn.execute(
-            "INSERT INTO segments (step, created, true_return, obs, actions, rewards) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO segments (step, created, true_return, obs, actions, rewards, absorbing) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 int(seg.step),
                 time.time(),
@@ -183,6 +201,7 @@ class PreferenceDB:
                 pack(seg.obs),
                 pack(seg.actions),
                 pack(seg.rewards),
+                pack(seg.absorbed()) if seg.absorbed().any() else None,
             ),
         )
         return int(cur.lastrowid)
@@ -388,11 +407,15 @@ class PreferenceDB:
     def segment(self, seg_id: int) -> Segment:
         with self._lock:
             row = self.conn.execute(
-                "SELECT obs, actions, rewards, step FROM segments WHERE id = ?", (int(seg_id),)
+                "SELECT obs, actions, rewards, step, absorbing FROM segments WHERE id = ?",
+                (int(seg_id),),
             ).fetchone()
         if row is None:
             raise KeyError(f"no segment {seg_id}")
-        return Segment(unpack(row[0]), unpack(row[1]), unpack(row[2]), row[3], int(seg_id))
+        absorbing = unpack(row[4]) if row[4] is not None else None
+        return Segment(
+            unpack(row[0]), unpack(row[1]), unpack(row[2]), row[3], int(seg_id), None, absorbing
+        )
 
     def counts(self) -> dict[str, int]:
         """Queries by status, `equal` the labeled ones answered "equally good" (label 0.5), and

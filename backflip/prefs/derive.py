@@ -142,7 +142,7 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
     return out
 
 
-def horizon_line(facts: EnvFacts, treatment: str, horizon: int) -> str:
+def horizon_line(facts: EnvFacts, treatment: str, horizon: int, absorb_steps: int = 0) -> str:
     """One line for the launch and the run record: what the env's episodes do and what the run
     does about it."""
     seen = (
@@ -156,9 +156,11 @@ def horizon_line(facts: EnvFacts, treatment: str, horizon: int) -> str:
             f"({seen}); their length can carry the learned reward"
         )
     what = {
-        "absorb": "an episode the env ends early goes on in an absorbing state (last observation, "
-        "reward 0)",
-        "restart": "an episode the env ends early restarts inside the fixed horizon",
+        "absorb": "an episode the env ends early goes on in an absorbing state (the last "
+        "observation, reward 0, one learned value) until the time limit",
+        "restart": f"an episode the env ends early goes on in an absorbing state (the last "
+        f"observation, reward 0, one learned value) for {absorb_steps} steps, then the env "
+        "restarts inside it",
     }[treatment]
     return f"horizon: fixed at {horizon:,} steps (prefs.horizon={treatment}): {what} ({seen})"
 

@@ -68,7 +68,7 @@ import numpy as np
 import torch
 
 from backflip.config import PrefsConfig, TrainConfig
-from backflip.envs.horizon import TREATMENTS, horizon_treatment
+from backflip.envs.horizon import horizon_wrapper
 from backflip.errors import UserError
 from backflip.prefs.db import PreferenceDB
 from backflip.prefs.derive import check_action_input
@@ -126,7 +126,7 @@ class Pipeline:
         self.steps = cfg.steps
         self.folder = Path(run.out_dir)
         # every env this pipeline makes for the policy and for its clips: a fixed horizon
-        self.wrap = TREATMENTS.get(horizon_treatment(pcfg))
+        self.wrap = horizon_wrapper(pcfg)
         probe = make_env(self.env_id, self.env_opts)
         self.obs_space, self.act_space = probe.observation_space, probe.action_space
         probe.close()
@@ -163,10 +163,9 @@ class Pipeline:
         self.rm_stats: dict[str, float] = {}
         self.t0 = time.time()
         self._rate_last = (time.time(), 0, 0, 0)  # wall, labels, segments in, segments out
-        # per env copy: the running episode's learned and true return, length, and whether the
-        # env terminated it early (absorbed, restarted or ended); finished episodes for metrics
+        # per env copy: the running env episode's learned and true return and length; finished
+        # ones (with whether the env terminated them) for metrics
         self.ep_pred = self.ep_true = self.ep_len = np.zeros(0)
-        self.ep_ended = np.zeros(0, bool)
         self.finished: deque = deque(maxlen=20)
         self.env_terminations = 0
         # the policy's recent segments: (learned reward paid, true return), for segment_corr
@@ -245,6 +244,7 @@ class Pipeline:
         """Fill the store with `n_segments` clips of a uniformly random policy on `random_envs`
         env copies (each from its own reset); the env steps it took."""
         from backflip.envs import make_vec
+        from backflip.prefs.wrapper import flags
 
         envs = make_vec(self.env_id, self.cfg.random_envs, self.env_opts, wrap=self.wrap)
         rec = SegmentRecorder(envs.num_envs, self.cfg.segment_length)
@@ -260,13 +260,16 @@ class Pipeline:
                     raise UserError(
                         f"{self.env_id}: {self.store.added} of {n_segments} clips of "
                         f"{self.cfg.segment_length} steps in {steps:,} random steps: its episodes "
-                        "end before a clip fills; use prefs.horizon=absorb (not "
+                        "end before a clip fills; use prefs.horizon=restart (not "
                         f"{self.cfg.horizon}) or a shorter prefs.segment_length"
                     )
                 actions = envs.action_space.sample()
-                next_obs, r, term, trunc, _ = envs.step(actions)
+                next_obs, r, term, trunc, info = envs.step(actions)
                 done = term | trunc
-                segs = rec.add(obs, actions, np.asarray(r, np.float64), ~prev_done, done, 0)
+                absorbing = flags(info, "absorbing", envs.num_envs)
+                segs = rec.add(
+                    obs, actions, np.asarray(r, np.float64), ~prev_done, done, 0, None, absorbing
+                )
                 if segs:
                     self.store.add(segs)
                     self.model.observe(np.concatenate([s.obs for s in segs]))
@@ -367,34 +370,40 @@ class Pipeline:
     def episode_reset(self) -> None:
         n = len(self.recorder.buf)
         self.ep_pred, self.ep_true, self.ep_len = np.zeros(n), np.zeros(n), np.zeros(n)
-        self.ep_ended = np.zeros(n, bool)
 
-    def on_step(self, obs, actions, true_reward, reward, valid, done, ended) -> None:
+    def on_step(
+        self, obs, actions, true_reward, reward, valid, done, ended, absorbing=None
+    ) -> None:
         """One vector step of the policy's training envs (called by `LearnedReward`): the
         segments it completes, the episodes it ends; then, when due, the person's pace, the
         replay buffers' relabeling and a tick. `ended`: the env terminated the copy's episode
-        at this step (under a fixed horizon it goes on, absorbed or restarted)."""
+        at this step (under a fixed horizon it goes on, absorbed or restarted); `absorbing`: the
+        step was taken in the absorbing state."""
         self.step += len(valid)
         with self.run.tel.timer("prefs_segments"):
-            segs = self.recorder.add(obs, actions, true_reward, valid, done, self.step, reward)
+            segs = self.recorder.add(
+                obs, actions, true_reward, valid, done, self.step, reward, absorbing
+            )
             if segs:
                 self.paid.extend((seg.predicted, seg.true_return) for seg in segs)
                 with self.lock:
                     self.store.add(segs)
                     if not self.frozen:
                         self.model.observe(np.concatenate([s.obs for s in segs]))
-        self.ep_pred += np.where(valid, reward, 0.0)
-        self.ep_true += np.where(valid, true_reward, 0.0)
-        self.ep_len += valid
+        # the env's own episodes (what the true return reports): a step in the absorbing state
+        # belongs to none; one ends where the env terminates it, or with the fixed-horizon
+        # episode it was still in
+        live = valid if absorbing is None else valid & ~absorbing
+        self.ep_pred += np.where(live, reward, 0.0)
+        self.ep_true += np.where(live, true_reward, 0.0)
+        self.ep_len += live
         ended = ended & valid
-        self.ep_ended |= ended
         self.env_terminations += int(ended.sum())
-        for i in np.flatnonzero(done & valid):
+        for i in np.flatnonzero(ended | (done & valid & (self.ep_len > 0))):
             self.finished.append(
-                (self.ep_pred[i], self.ep_true[i], self.ep_len[i], float(self.ep_ended[i]))
+                (self.ep_pred[i], self.ep_true[i], self.ep_len[i], float(ended[i]))
             )
             self.ep_pred[i] = self.ep_true[i] = self.ep_len[i] = 0.0
-            self.ep_ended[i] = False
         if self.worker_error is not None:
             raise RuntimeError("the preference worker thread failed") from self.worker_error
         if self.cfg.relabel and self.model_version != self.relabeled_version:
@@ -431,10 +440,26 @@ class Pipeline:
             if len(self.pairs.train) == 0:
                 break
 
-    def reward(self, obs: np.ndarray, actions: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
-        """The policy's reward for taking `actions` in `obs` and reaching `next_obs`."""
+    def reward(
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        next_obs: np.ndarray,
+        absorbing=None,
+        absorbing_next=None,
+    ) -> np.ndarray:
+        """The policy's reward for taking `actions` in `obs` and reaching `next_obs` (either of
+        them the absorbing state where `absorbing`, `absorbing_next` say so)."""
         with self.run.tel.timer("prefs_reward"):
-            return policy_reward(self.snap, self.cfg.reward_input, obs, actions, next_obs)
+            return policy_reward(
+                self.snap,
+                self.cfg.reward_input,
+                obs,
+                actions,
+                next_obs,
+                absorbing,
+                absorbing_next,
+            )
 
     def relabel_replay(self) -> None:
         """Recompute the rewards in the algorithm's replay buffers with the newest reward model
@@ -444,12 +469,18 @@ class Pipeline:
         if version == self.relabeled_version or not self.run.replay_buffers:
             return
         t0 = time.perf_counter()
-        kind = self.cfg.reward_input
+        kind, absorb = self.cfg.reward_input, self.wrap is not None
+
+        def relabeled(obs, act, nxt, env_action):
+            # a buffer keeps no info: a step in the absorbing state is one whose observation is
+            # held (a transition that leaves the observation exactly as it was, a gridworld's
+            # wall, is taken for one: docs/preferences.md, "The horizon")
+            held = held_steps(obs, nxt) if absorb else None
+            return policy_reward(snap, kind, obs, env_action(act), nxt, held, held)
+
         for buffer, env_action in self.run.replay_buffers:
             buffer.relabel(
-                lambda obs, act, nxt, env_action=env_action: policy_reward(
-                    snap, kind, obs, env_action(act), nxt
-                )
+                lambda obs, act, nxt, env_action=env_action: relabeled(obs, act, nxt, env_action)
             )
         self.relabel_s += time.perf_counter() - t0
         self.relabels += 1
@@ -640,7 +671,7 @@ class Pipeline:
 
         def load(sid):
             seg = self.db.segment(sid)
-            return seg.obs, seg.actions
+            return seg.obs, seg.actions, seg.absorbing
 
         return self.pairs.sync(rows, load)
 
@@ -668,11 +699,11 @@ class Pipeline:
             self.model.adapt_l2(train_loss, val_loss)
         with self.lock:
             if len(self.store):
-                obs, act = self.store.sample_steps(2048, self.rng)
+                obs, act, absorbing = self.store.sample_steps(2048, self.rng)
                 moves = None
                 if self.cfg.reward_input == "progress":  # the scale of one-step changes
                     moves = self.store.sample_transitions(2048, self.rng)
-                self.model.calibrate(obs, act, moves)
+                self.model.calibrate(obs, act, moves, absorbing)
         self.snap = self.model.snapshot()
         self.model_version += 1
         stats = {
@@ -738,8 +769,9 @@ class Pipeline:
             out["prefs/terminated_frac"] = float(ended.mean())
             if len(pred) >= 3 and pred.std() > 0 and true.std() > 0:
                 out["reward_model/return_corr"] = float(np.corrcoef(pred, true)[0, 1])
-            # under a variable horizon: does an episode's length carry its learned return?
-            if len(pred) >= 3 and pred.std() > 0 and length.std() > 0:
+            # under a variable horizon: does an episode's length carry its learned return? (a
+            # fixed horizon's env episodes differ in length, but the policy is not paid by it)
+            if self.wrap is None and len(pred) >= 3 and pred.std() > 0 and length.std() > 0:
                 out["prefs/len_return_corr"] = float(np.corrcoef(length, pred)[0, 1])
         if len(self.paid) >= 20:
             pred, true = np.array(self.paid).T
@@ -766,15 +798,32 @@ class Pipeline:
 # --- what the stages share ------------------------------------------------------------------
 
 
-def policy_reward(model: RewardModel, reward_input: str, obs, actions, next_obs) -> np.ndarray:
+def policy_reward(
+    model: RewardModel,
+    reward_input: str,
+    obs,
+    actions,
+    next_obs,
+    absorbing=None,
+    absorbing_next=None,
+) -> np.ndarray:
     """The policy's reward for the transitions (obs, actions, next_obs) under `prefs.reward_input`:
-    r̂(o, a), r̂(o') (next-obs) or the change r̂(o') − r̂(o) (progress). The env wrapper and the
-    relabeling of replay buffers both use it, so they agree."""
+    r̂(o, a), r̂(o') (next-obs) or the change r̂(o') − r̂(o) (progress); `absorbing`
+    (`absorbing_next`): the step was taken in (leads to) the absorbing state of a fixed horizon,
+    worth the model's one learned value there. The env wrapper and the relabeling of replay
+    buffers both use it, so they agree."""
     if reward_input == "progress":
-        return model.progress(obs, next_obs)
+        return model.progress(obs, next_obs, absorbing, absorbing_next)
     if reward_input == "next-obs":
-        return model.reward(next_obs, actions)
-    return model.reward(obs, actions)
+        return model.reward(next_obs, actions, absorbing_next)
+    return model.reward(obs, actions, absorbing)
+
+
+def held_steps(obs: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
+    """Transitions whose next observation equals their observation exactly: the absorbing
+    state's held observation."""
+    axes = tuple(range(1, np.ndim(obs)))
+    return np.all(np.asarray(obs) == np.asarray(next_obs), axis=axes)
 
 
 def seed_files(run_dir: str | Path, seed: int) -> Path:

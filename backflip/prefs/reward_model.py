@@ -27,6 +27,11 @@ Details that matter (each cost someone weeks; see docs/preferences.md):
   `reward_std`: r = reward_std · mean_k((r̂_k − μ_k) / σ_k). Offsets μ_k and scales σ_k are
   recomputed after every training round (not a running average over all history, which Rahtz's
   issue #5 found never forgets an early, wrong model).
+- **The absorbing state** (a fixed horizon, `prefs.horizon=restart|absorb`: `envs/horizon.py`): every
+  step taken after the env ended the episode is worth one learned value per member, `absorb`,
+  whatever the observation held and the action (Kostrikov et al. 2019's absorbing state). The
+  labels decide whether ending is better or worse than going on; the policy cannot pick where
+  to fall to be paid by the network's extrapolation to states no label showed.
 - **Progress** (`prefs.reward_input=progress`, a model of states alone): the policy's reward is
   the change of the learned state reward, r = reward_std · mean_k((r̂_k(o') − r̂_k(o)) / d_k),
   where d_k is the root mean square of member k's one-step differences r̂_k(o_{t+1}) − r̂_k(o_t)
@@ -180,6 +185,8 @@ class RewardNet(nn.Module):
             body += [nn.Linear(n_in, n_out), act]
         body += [PairDropout(dropout), nn.Linear(sizes[-1], act_dim if heads else 1)]
         self.body = nn.Sequential(*body)
+        # the reward of a step in the absorbing state of a fixed horizon (module docstring)
+        self.absorb = nn.Parameter(torch.zeros(()))
 
     def _conv(self, obs: torch.Tensor) -> torch.Tensor:
         """Features (*lead, n) of frames (*lead, C, H, W). The layers run on one (N, C, H, W)
@@ -311,9 +318,16 @@ class RewardModel:
 
     # -- training ------------------------------------------------------------------------------
 
-    def pair_returns(self, net: RewardNet, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        """(B, 2) summed predicted rewards of the pairs (B, 2, L, ...) in one forward pass."""
-        return net(obs, act).sum(-1)
+    def pair_returns(
+        self, net: RewardNet, obs: torch.Tensor, act: torch.Tensor, absorbing=None
+    ) -> torch.Tensor:
+        """(B, 2) summed predicted rewards of the pairs (B, 2, L, ...) in one forward pass; steps
+        in the absorbing state (`absorbing`, (B, 2, L) booleans) are worth the member's
+        `absorb`."""
+        r = net(obs, act)
+        if absorbing is not None:
+            r = torch.where(absorbing, net.absorb, r)
+        return r.sum(-1)
 
     def train_step(self, pairs: PairSet) -> float:
         """One Adam step per member on a minibatch drawn with its bootstrap weights.
@@ -334,8 +348,8 @@ class RewardModel:
             if w.sum() == 0:
                 continue
             idx = self.rng.choice(pairs.train, size=self.batch_size, p=w / w.sum())
-            obs, act, mu = pairs.batch(idx, self, offset, k_stride)
-            returns = self.pair_returns(net, obs, act)
+            obs, act, mu, absorbing = pairs.batch(idx, self, offset, k_stride)
+            returns = self.pair_returns(net, obs, act, absorbing)
             if k_stride > 1:
                 returns = returns * k_stride
             loss = preference_loss(returns, mu, self.noise).mean()
@@ -355,9 +369,9 @@ class RewardModel:
         step = 16 if self.image else 256  # 16 Atari pairs are 800 frames, 90 MB as floats
         for start in range(0, len(idx), step):
             chunk = idx[start : start + step]
-            obs, act, mu = pairs.batch(chunk, self)
+            obs, act, mu, absorbing = pairs.batch(chunk, self)
             clear = mu != 0.5
-            rets = self._all_members(obs, act).sum(-1)  # (members, B, 2)
+            rets = self.absorbed(self._all_members(obs, act), absorbing).sum(-1)  # (members, B, 2)
             for k in range(len(self.nets)):
                 ret = rets[k]
                 losses[k] += float(preference_loss(ret, mu, self.noise).sum())
@@ -380,11 +394,13 @@ class RewardModel:
                 g["weight_decay"] = self.l2[k]
 
     @torch.no_grad()
-    def calibrate(self, obs: np.ndarray, act: np.ndarray, transitions=None) -> None:
-        """Per-member output offset and scale over recent experience (obs, act); with
-        `transitions` (o_t, o_{t+1}), pairs of consecutive observations, a model of states also
-        gets the scale of its one-step differences (the reward of `progress`)."""
-        for k, r in enumerate(self.raw_outputs(obs, act).numpy()):
+    def calibrate(self, obs: np.ndarray, act: np.ndarray, transitions=None, absorbing=None) -> None:
+        """Per-member output offset and scale over recent experience (obs, act; `absorbing`:
+        which of those steps were in the absorbing state); with `transitions` (o_t, o_{t+1}),
+        pairs of consecutive observations, a model of states also gets the scale of its
+        one-step differences (the reward of `progress`)."""
+        raw = self.absorbed(self.raw_outputs(obs, act), absorbing)
+        for k, r in enumerate(raw.numpy()):
             self.out_mean[k], self.out_std[k] = r.mean(), max(r.std(), 1e-6)
         if transitions is not None and not self.use_actions:
             diff = self.raw_rewards(transitions[1], None) - self.raw_rewards(transitions[0], None)
@@ -401,6 +417,21 @@ class RewardModel:
             o, a = self.encode(obs[start : start + step], act[start : start + step])
             out.append(self._all_members(o, a))
         return out[0] if len(out) == 1 else torch.cat(out, 1)
+
+    def absorb_values(self) -> torch.Tensor:
+        """(members,) each member's reward for a step in the absorbing state."""
+        return torch.stack([net.absorb.detach() for net in self.nets])
+
+    def absorbed(self, out: torch.Tensor, absorbing) -> torch.Tensor:
+        """Raw outputs (members, *lead) with the steps in the absorbing state (`absorbing`,
+        booleans of shape *lead, or None: none) worth each member's `absorb`."""
+        if absorbing is None:
+            return out
+        mask = torch.as_tensor(np.asarray(absorbing, bool))
+        if not bool(mask.any()):
+            return out
+        values = self.absorb_values().reshape(-1, *([1] * mask.dim()))
+        return torch.where(mask, values, out)
 
     def _all_members(self, o: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """(members, *lead) raw outputs in eval mode for encoded inputs (*lead, ...). CNN
@@ -421,29 +452,42 @@ class RewardModel:
     # -- using it ------------------------------------------------------------------------------
 
     @torch.no_grad()
-    def raw_rewards(self, obs: np.ndarray, act: np.ndarray | None) -> np.ndarray:
-        """(members, N) raw outputs r̂_k of N steps (`act` is unused by a model of states)."""
+    def raw_rewards(self, obs: np.ndarray, act: np.ndarray | None, absorbing=None) -> np.ndarray:
+        """(members, N) raw outputs r̂_k of N steps (`act` is unused by a model of states);
+        steps in the absorbing state (`absorbing`, N booleans) are worth `absorb`."""
         if act is None:
             act = np.zeros(len(obs), np.int64)
         fused = getattr(self, "fused", None)
         if fused is not None:
             o, a = self.encode(obs, act)
-            return fused(o, a).numpy()
-        return self.raw_outputs(obs, act).numpy()
+            return self.absorbed(fused(o, a), absorbing).numpy()
+        return self.absorbed(self.raw_outputs(obs, act), absorbing).numpy()
 
-    def member_rewards(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
+    def member_rewards(self, obs: np.ndarray, act: np.ndarray, absorbing=None) -> np.ndarray:
         """(members, N) normalized rewards of N steps."""
-        raw = self.raw_rewards(obs, act)
+        raw = self.raw_rewards(obs, act, absorbing)
         return (raw - self.out_mean[:, None]) / self.out_std[:, None]
 
-    def reward(self, obs: np.ndarray, act: np.ndarray) -> np.ndarray:
+    def reward(self, obs: np.ndarray, act: np.ndarray, absorbing=None) -> np.ndarray:
         """The reward the policy sees: reward_std · mean over members of normalized r̂_k."""
-        return self.reward_std * self.member_rewards(obs, act).mean(0)
+        return self.reward_std * self.member_rewards(obs, act, absorbing).mean(0)
 
-    def progress(self, obs: np.ndarray, next_obs: np.ndarray) -> np.ndarray:
+    def progress(
+        self, obs: np.ndarray, next_obs: np.ndarray, absorbing=None, absorbing_next=None
+    ) -> np.ndarray:
         """The reward of `prefs.reward_input=progress` (a model of states): the change of the
-        learned state reward, reward_std · mean_k((r̂_k(next_obs) − r̂_k(obs)) / d_k)."""
-        raw = self.raw_rewards(np.concatenate([obs, next_obs]), None)
+        learned state reward, reward_std · mean_k((r̂_k(next_obs) − r̂_k(obs)) / d_k); a state
+        in the absorbing state (`absorbing`, `absorbing_next`) is worth `absorb`."""
+        both = None
+        if absorbing is not None or absorbing_next is not None:
+            n = len(obs)
+            both = np.concatenate(
+                [
+                    np.zeros(n, bool) if absorbing is None else absorbing,
+                    np.zeros(n, bool) if absorbing_next is None else absorbing_next,
+                ]
+            )
+        raw = self.raw_rewards(np.concatenate([obs, next_obs]), None, both)
         n = len(obs)
         diff = (raw[:, n:] - raw[:, :n]) / self.diff_scale[:, None]
         return self.reward_std * diff.mean(0)
@@ -452,11 +496,14 @@ class RewardModel:
     def preference_probs(self, left, right) -> np.ndarray:
         """(members, B): each member's P̂[left ≻ right] for candidate pairs (query selection).
 
-        `left`, `right`: (obs (B, L, ...), actions (B, L, ...)).
+        `left`, `right`: (obs (B, L, ...), actions (B, L, ...)[, absorbing (B, L)]).
         """
         obs = np.stack([left[0], right[0]], 1)
         act = np.stack([left[1], right[1]], 1)
-        ret = self.raw_outputs(obs, act).sum(-1)  # (members, B, 2)
+        absorbing = None
+        if len(left) > 2:
+            absorbing = np.stack([left[2], right[2]], 1)
+        ret = self.absorbed(self.raw_outputs(obs, act), absorbing).sum(-1)  # (members, B, 2)
         return torch.sigmoid(ret[..., 0] - ret[..., 1]).numpy()
 
     def preference_variance(self, left, right) -> np.ndarray:
@@ -489,7 +536,8 @@ class RewardModel:
 
     def load_state_dict(self, state: dict) -> None:
         for net, s in zip(self.nets, state["nets"], strict=True):
-            net.load_state_dict(s)
+            # saved before the absorbing state had a value: 0, what a new member starts from
+            net.load_state_dict({"absorb": torch.zeros(()), **s})
         self.l2 = list(state["l2"])
         self.obs_rms.load_state_dict(state["obs_rms"])
         self.out_mean, self.out_std = np.array(state["out_mean"]), np.array(state["out_std"])
@@ -637,7 +685,7 @@ class PairSet:
         self.mu = np.zeros(0, np.float32)
         self.is_val = np.zeros(0, bool)
         self.weights = np.zeros((0, members))
-        self.segments: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.segments: dict[int, tuple] = {}  # id -> (StackedFrames, actions, absorbing)
         self._known: dict[int, tuple[bool, np.ndarray]] = {}  # query id -> (val?, weights)
 
     def __len__(self) -> int:
@@ -645,7 +693,8 @@ class PairSet:
 
     def sync(self, rows, load_segment) -> int:
         """Make the set equal to `rows` (query id, left, right, label) — the newest `capacity`
-        answered queries — loading new segments with `load_segment(id) -> (obs, actions)`.
+        answered queries — loading new segments with `load_segment(id) -> (obs, actions)` or
+        `(obs, actions, absorbing)` (which steps were in the absorbing state; None: none).
         Returns how many pairs are new. A query keeps its split and weights for its lifetime."""
         rows = rows[-self.capacity :]
         new = 0
@@ -658,8 +707,9 @@ class PairSet:
                 )
             for sid in (left, right):
                 if sid not in self.segments:
-                    obs, actions = load_segment(sid)
-                    self.segments[sid] = (StackedFrames(obs), actions)
+                    obs, actions, *absorbing = load_segment(sid)
+                    mask = absorbing[0] if absorbing else None
+                    self.segments[sid] = (StackedFrames(obs), actions, mask)
         self.query_ids = [r[0] for r in rows]
         self.left = [r[1] for r in rows]
         self.right = [r[2] for r in rows]
@@ -682,8 +732,9 @@ class PairSet:
         return np.flatnonzero(self.is_val)
 
     def batch(self, idx, model: RewardModel, offset: int = 0, stride: int = 1):
-        """(obs (B, 2, L, ...), actions, mu (B,)) tensors for pairs `idx`, encoded by `model`;
-        with `stride` > 1 only steps offset, offset + stride, ... of each segment."""
+        """(obs (B, 2, L, ...), actions, mu (B,), absorbing (B, 2, L) or None) tensors for pairs
+        `idx`, encoded by `model`; with `stride` > 1 only steps offset, offset + stride, ... of
+        each segment. `absorbing` is None when no step of the batch was absorbed."""
         steps = slice(offset, None, stride)
         obs = np.stack(
             [
@@ -705,4 +756,16 @@ class PairSet:
             ]
         )
         o, a = model.encode(obs, act)
-        return o, a, torch.as_tensor(self.mu[idx])
+        masks = [(self.segments[self.left[i]][2], self.segments[self.right[i]][2]) for i in idx]
+        absorbing = None
+        if any(m is not None for pair in masks for m in pair):
+            length = o.shape[2]
+            absorbing = torch.as_tensor(
+                np.array(
+                    [
+                        [np.zeros(length, bool) if m is None else m[steps] for m in pair]
+                        for pair in masks
+                    ]
+                )
+            )
+        return o, a, torch.as_tensor(self.mu[idx]), absorbing

@@ -33,21 +33,27 @@ class SegmentRecorder:
         self.length = length
         self.buf: list[list[tuple]] = [[] for _ in range(num_envs)]
 
-    def add(self, obs, actions, rewards, valid, done, step: int, predicted=None) -> list[Segment]:
+    def add(
+        self, obs, actions, rewards, valid, done, step: int, predicted=None, absorbing=None
+    ) -> list[Segment]:
         """Record one vector step: the observation each action was taken in, the action, the true
-        reward and, if given, the learned reward the policy was paid. `valid` is False on
-        autoreset steps (not transitions); `done` ends an episode, which drops any partial
-        segment. Returns the segments completed by this step."""
+        reward, whether the step was taken in the absorbing state of a fixed horizon and, if
+        given, the learned reward the policy was paid. `valid` is False on autoreset steps (not
+        transitions); `done` ends an episode, which drops any partial segment. Returns the
+        segments completed by this step."""
         out = []
         paid = np.full(len(self.buf), np.nan) if predicted is None else predicted
+        absorbing = np.zeros(len(self.buf), bool) if absorbing is None else absorbing
         for i, buf in enumerate(self.buf):
             if not valid[i]:
                 buf.clear()
                 continue
-            buf.append((obs[i], actions[i], rewards[i], paid[i]))
+            buf.append((obs[i], actions[i], rewards[i], paid[i], absorbing[i]))
             if len(buf) == self.length:
-                o, a, r, p = zip(*buf, strict=True)
+                o, a, r, p, ab = zip(*buf, strict=True)
+                ab = np.asarray(ab, bool)
                 seg = Segment(np.stack(o), np.stack(a), np.asarray(r, np.float64), step)
+                seg.absorbing = ab if ab.any() else None
                 if predicted is not None:
                     seg.predicted = float(np.sum(p))
                 out.append(seg)
@@ -72,13 +78,15 @@ class SegmentStore:
         self.added += len(segments)
 
     def sample_steps(self, n: int, rng: np.random.Generator):
-        """`n` random single steps (obs, actions) from the stored segments (calibration)."""
+        """`n` random single steps (obs, actions, absorbing) from the stored segments
+        (calibration); `absorbing`: the step was in the absorbing state of a fixed horizon."""
         items = list(self.items)
         seg = rng.integers(0, len(items), n)
         t = rng.integers(0, items[0].actions.shape[0], n)
         obs = np.stack([items[s].obs[i] for s, i in zip(seg, t, strict=True)])
         act = np.stack([items[s].actions[i] for s, i in zip(seg, t, strict=True)])
-        return obs, act
+        absorbing = np.array([items[s].absorbed()[i] for s, i in zip(seg, t, strict=True)])
+        return obs, act, absorbing
 
     def sample_transitions(self, n: int, rng: np.random.Generator):
         """`n` random pairs of consecutive observations (o_t, o_{t+1}) within stored segments
@@ -146,10 +154,12 @@ def select_pairs(
                 (
                     np.stack([items[i].obs for i in left]),
                     np.stack([items[i].actions for i in left]),
+                    np.stack([items[i].absorbed() for i in left]),
                 ),
                 (
                     np.stack([items[i].obs for i in right]),
                     np.stack([items[i].actions for i in right]),
+                    np.stack([items[i].absorbed() for i in right]),
                 ),
             )
             if method == "disagreement":

@@ -12,7 +12,8 @@ On each step it
    transitions);
 2. hands the true transition to the pipeline (segments for queries, true returns for metrics,
    and which copies the env itself terminated: `terminated`, or under a fixed horizon the
-   `terminated_early` the horizon wrapper reports, `envs/horizon.py`);
+   `terminated_early` the horizon wrapper reports, `envs/horizon.py`, and which steps were taken
+   in its absorbing state, which the reward model values as one learned number);
 3. lets the pipeline run its synchronous tick, or publish the async worker's metrics.
 """
 
@@ -42,14 +43,27 @@ class LearnedReward(gym.vector.VectorWrapper):
         obs_before, valid = self.obs, ~self.prev_done
         obs, true_reward, term, trunc, info = self.env.step(actions)
         actions = np.asarray(actions)
-        reward = self.pipeline.reward(obs_before, actions, obs)
+        ended = np.asarray(term, bool) | flags(info, "terminated_early", self.num_envs)
+        absorbing = flags(info, "absorbing", self.num_envs)  # taken in the absorbing state
+        reward = self.pipeline.reward(obs_before, actions, obs, absorbing, absorbing | ended)
         reward = np.where(valid, reward, 0.0)
         done = term | trunc
-        ended = np.asarray(term, bool)
-        if "terminated_early" in info:  # a fixed horizon kept the episode going
-            ended = ended | (info["_terminated_early"] & info["terminated_early"].astype(bool))
         self.pipeline.on_step(
-            obs_before, actions, np.asarray(true_reward, np.float64), reward, valid, done, ended
+            obs_before,
+            actions,
+            np.asarray(true_reward, np.float64),
+            reward,
+            valid,
+            done,
+            ended,
+            absorbing,
         )
         self.obs, self.prev_done = obs, done
         return obs, reward, term, trunc, info
+
+
+def flags(info: dict, key: str, n: int) -> np.ndarray:
+    """A vector env's boolean info `key` per copy (False where a copy did not set it)."""
+    if key not in info:
+        return np.zeros(n, bool)
+    return np.asarray(info[f"_{key}"], bool) & np.asarray(info[key]).astype(bool)

@@ -1,0 +1,145 @@
+"""Envs a user brings: observations of any layout, size and dtype get a network that fits them,
+or one line before the run is created (never a PyTorch shape error); the reward model reads
+what the policy reads (docs/preferences.md, "Your own env")."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from backflip.config import resolve
+from backflip.envs import make_env
+from backflip.errors import UserError
+from tests.user_envs import Frames
+
+
+@pytest.fixture(autouse=True, scope="module")
+def registered():
+    ids = {
+        "test/Grid10Bool-v0": {"shape": (10, 10, 4), "dtype": "bool"},  # MinAtar's layout
+        "test/Grid12Float-v0": {"shape": (12, 12, 3), "dtype": "float32"},
+        "test/Frame64First-v0": {"shape": (3, 64, 64), "dtype": "uint8", "last": False},
+        "test/Frame210Last-v0": {"shape": (210, 160, 3), "dtype": "uint8", "n": 60},
+    }
+    for env_id, kwargs in ids.items():
+        gym.register(env_id, entry_point=Frames, kwargs=kwargs, max_episode_steps=50)
+    yield
+    for env_id in ids:
+        gym.registry.pop(env_id)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "shape"),
+    [
+        ("test/Grid10Bool-v0", (4, 10, 10)),
+        ("test/Grid12Float-v0", (3, 12, 12)),
+        ("test/Frame64First-v0", (3, 64, 64)),
+        ("test/Frame210Last-v0", (3, 210, 160)),
+    ],
+)
+def test_frames_of_any_layout_are_read_channels_first_as_bytes(env_id, shape):
+    env = make_env(env_id)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == shape and obs.shape == shape and obs.dtype == np.uint8
+    assert obs.max() == 255 and env.observation_space.contains(obs)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "cnn", "reward_cnn"),
+    [
+        ("test/Grid10Bool-v0", "small", "small"),
+        ("test/Frame64First-v0", "nature", "paper"),
+        ("test/Frame210Last-v0", "nature", "paper"),
+    ],
+)
+def test_the_policy_and_the_reward_model_get_networks_that_fit(env_id, cnn, reward_cnn):
+    import torch
+
+    from backflip.nets import ActorCritic, image_encoder
+    from backflip.prefs.reward_model import RewardModel
+    from backflip.prefs.reward_model import reward_cnn as pick
+
+    env = make_env(env_id)
+    shape = env.observation_space.shape
+    assert image_encoder(shape) == cnn and pick(shape) == reward_cnn
+    obs = np.stack([env.reset(seed=s)[0] for s in range(3)])
+    ac = ActorCritic(shape, env.action_space)
+    logits, value = ac(torch.as_tensor(obs))
+    assert logits.shape == (3, 2) and value.shape == (3,)
+    model = RewardModel(env.observation_space, env.action_space, members=2)
+    model.observe(obs)
+    assert model.reward(obs, np.array([0, 1, 0])).shape == (3,)
+
+
+def test_a_cnn_too_large_for_the_frames_is_refused_in_one_line(cli, home):
+    for head, setting, says in (
+        (("train", "ppo"), "cnn=nature", "cnn=nature needs frames of at least 36x36"),
+        (("prefs", "train", "ppo"), "prefs.cnn=paper", "prefs.cnn=paper needs frames"),
+    ):
+        proc = cli(*head, "--env", "tests.user_envs:Grid10-v0", "--set", setting,
+                   "--steps", "512", check=False)  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert not [p for p in home.iterdir() if p.is_dir() and p.name[0].isdigit()]
+
+
+def test_training_on_small_channels_last_booleans_runs_end_to_end(cli, home):
+    """The report of the issue: a 10x10x4 boolean env failed 1.7 s into `backflip train ppo`
+    with PyTorch's 'Kernel size can't be greater than actual input size'. Now it trains, and a
+    preference run on it too (the small reward CNN, one output per action)."""
+    import json
+
+    proc = cli("train", "ppo", "--env", "tests.user_envs:Grid10-v0", "--seeds", "1",
+               "--steps", "2048", "--json", "--no-progress")  # fmt: skip
+    assert json.loads(proc.stdout)["status"] == "finished"
+    proc = cli("prefs", "train", "ppo", "--env", "tests.user_envs:Grid10-v0", "--seeds", "1",
+               "--steps", "2048", "--labels", "20", "--set", "prefs.pretrain_updates=10",
+               "--json", "--no-progress")  # fmt: skip
+    record = json.loads(proc.stdout)
+    assert record["status"] == "finished", proc.stderr
+    assert record["config"]["prefs"]["cnn"] == "small"
+    assert record["config"]["prefs"]["action_input"] == "heads"
+    assert "prefs.cnn=small: 10x10 frames" in proc.stderr
+
+
+def test_structured_observations_are_flattened_or_refused_naming_the_space():
+    # Blackjack's Tuple(Discrete(32), Discrete(11), Discrete(2)): one-hot parts, flattened
+    env = make_env("Blackjack-v1")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == (45,) and obs.dtype == np.float32 and obs.sum() == 3
+
+    class Texty(gym.Env):
+        observation_space = gym.spaces.Dict(
+            {"pos": gym.spaces.Box(-1, 1, (2,)), "mission": gym.spaces.Text(20)}
+        )
+        action_space = gym.spaces.Discrete(2)
+
+    class FrameAndMore(gym.Env):
+        observation_space = gym.spaces.Dict(
+            {
+                "image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
+                "direction": gym.spaces.Discrete(4),
+            }
+        )
+        action_space = gym.spaces.Discrete(2)
+
+    for cls, says in (
+        (Texty, "Text observations are not numbers"),
+        (FrameAndMore, "holds a frame"),
+    ):
+        gym.register("test/Structured-v0", entry_point=cls)
+        try:
+            with pytest.raises(UserError) as e:
+                make_env("test/Structured-v0")
+            assert says in str(e.value) and "Dict(" in str(e.value)
+        finally:
+            gym.registry.pop("test/Structured-v0")
+
+
+def test_the_layout_guess_can_be_overridden():
+    cfg = resolve("ppo", "test/Grid10Bool-v0", [0], 1000, set_values={"env.obs_layout": "vector"})
+    env = make_env("test/Grid10Bool-v0", cfg.env)
+    assert env.observation_space.shape == (400,)
+    with pytest.raises(UserError, match=r"env\.obs_layout must be one of"):
+        resolve("ppo", "CartPole-v1", [0], 1000, set_values={"env.obs_layout": "sideways"})
