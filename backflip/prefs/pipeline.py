@@ -855,6 +855,7 @@ def build_reward_model(pcfg: PrefsConfig, obs_space, act_space, seed: int) -> Re
         reward_std=pcfg.reward_std,
         rng=np.random.default_rng(seed + 104729),
         frame_stride=pcfg.frame_stride,
+        min_std=1 / pcfg.segment_length,
         use_actions=pcfg.reward_input == "obs+action",  # next-obs, progress: r̂(o)
         action_heads=pcfg.action_input == "heads",
         cnn=pcfg.cnn,

@@ -26,7 +26,11 @@ Details that matter (each cost someone weeks; see docs/preferences.md):
   std over recent experience, the members are averaged, and the result is multiplied by
   `reward_std`: r = reward_std · mean_k((r̂_k − μ_k) / σ_k). Offsets μ_k and scales σ_k are
   recomputed after every training round (not a running average over all history, which Rahtz's
-  issue #5 found never forgets an early, wrong model).
+  issue #5 found never forgets an early, wrong model). σ_k is at least `min_std`, 1 / segment
+  length (the pipeline's): a member whose outputs vary by less per step cannot tell one clip
+  from another by a logit (its sums over a segment differ by less than 1), and dividing by its
+  spread would hand the policy its noise at full scale (Acrobot, before any label showed the
+  goal: 494 of 500 labels "equal", σ ≈ 0.002, a reward of pure noise with std 1).
 - **The absorbing state** (a fixed horizon, `prefs.horizon=restart|absorb`: `envs/horizon.py`): every
   step taken after the env ended the episode is worth one learned value per member, `absorb`,
   whatever the observation held and the action (Kostrikov et al. 2019's absorbing state). The
@@ -228,6 +232,7 @@ class RewardModel:
         reward_std: float = 1.0,
         rng: np.random.Generator | None = None,
         frame_stride: int = 1,
+        min_std: float = 1e-6,
         use_actions: bool = True,
         action_heads: bool = False,
         cnn: str = "auto",
@@ -254,6 +259,7 @@ class RewardModel:
         self.obs_rms = RunningMeanStd(self.obs_shape)
         self.out_mean = np.zeros(members)
         self.out_std = np.ones(members)
+        self.min_std = min_std  # the smallest scale the policy's reward is divided by
         self.diff_scale = np.ones(members)  # RMS of one-step differences (progress rewards)
         self.batch_size, self.noise, self.reward_std = batch_size, noise, reward_std
         self.rng = rng or np.random.default_rng(0)
@@ -401,10 +407,10 @@ class RewardModel:
         one-step differences (the reward of `progress`)."""
         raw = self.absorbed(self.raw_outputs(obs, act), absorbing)
         for k, r in enumerate(raw.numpy()):
-            self.out_mean[k], self.out_std[k] = r.mean(), max(r.std(), 1e-6)
+            self.out_mean[k], self.out_std[k] = r.mean(), max(r.std(), self.min_std)
         if transitions is not None and not self.use_actions:
             diff = self.raw_rewards(transitions[1], None) - self.raw_rewards(transitions[0], None)
-            self.diff_scale = np.maximum(np.sqrt(np.mean(diff**2, axis=1)), 1e-6)
+            self.diff_scale = np.maximum(np.sqrt(np.mean(diff**2, axis=1)), self.min_std)
 
     @torch.no_grad()
     def raw_outputs(self, obs: np.ndarray, act: np.ndarray) -> torch.Tensor:
