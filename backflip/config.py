@@ -176,10 +176,10 @@ class PrefsConfig:
     steps and then the env restarts inside the episode (restart), or until the time limit
     (absorb); variable keeps the env's own episodes (their length leaks reward: a warning);
     auto is restart (said at launch)"""
-    absorb_steps: int = 5
+    absorb_steps: int = 25
     """prefs.horizon=restart: steps in the absorbing state after the env ends an episode, before
-    it restarts (each end costs this many steps of the absorbing state's value; 0: restart at
-    once, as CartPoleFixedHorizon)"""
+    it restarts: a clip's length (each end costs this many steps of the absorbing state's value,
+    and one clip can show it whole; 0: restart at once, as CartPoleFixedHorizon)"""
     mode: str = "sync"
     """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a
     background thread: faster on a free core, not reproducible)"""

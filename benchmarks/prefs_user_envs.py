@@ -17,6 +17,9 @@ is >= 0.8 on at least 10 of 12 envs, every row below it named by a doctor findin
     python benchmarks/prefs_user_envs.py --labeler bpref-mistake --envs cartpole,acrobot
     python benchmarks/prefs_user_envs.py --variable --envs cartpole,acrobot   # prefs.horizon=variable
     python benchmarks/prefs_user_envs.py --table            # print the table from the results
+    python benchmarks/prefs_user_envs.py --envs hopper,halfcheetah --labels 700   # the paper's
+    python benchmarks/prefs_user_envs.py --envs hopper,halfcheetah --labels 1400  # Figure 1
+    python benchmarks/prefs_user_envs.py --paper   # Figure 1's columns: true reward, 700, 1,400
 
 All runs of one invocation share one pool of `--workers` seed processes (longest first). Results
 go to --out (JSON; an env already there is skipped unless --redo); runs are archived under
@@ -52,19 +55,19 @@ ENVS: dict[str, tuple[str, str, int, str, dict]] = {
         "InvertedPendulum-v5", "ppo", 100_000, "MuJoCo, continuous, ends at failure", {},
     ),
     "invdoublependulum": (
-        "InvertedDoublePendulum-v5", "ppo", 300_000, "MuJoCo, continuous, ends at failure", {},
+        "InvertedDoublePendulum-v5", "ppo", 200_000, "MuJoCo, continuous, ends at failure", {},
     ),
-    "hopper": ("Hopper-v5", "ppo", 500_000, "MuJoCo, continuous, ends at failure", {}),
-    "halfcheetah": ("HalfCheetah-v5", "ppo", 500_000, "MuJoCo, continuous, no termination", {}),
-    "swimmer": ("Swimmer-v5", "ppo", 300_000, "MuJoCo, continuous, no termination", {}),
-    "reacher": ("Reacher-v5", "ppo", 200_000, "MuJoCo, continuous, no termination", {}),
+    "hopper": ("Hopper-v5", "ppo", 300_000, "MuJoCo, continuous, ends at failure", {}),
+    "halfcheetah": ("HalfCheetah-v5", "ppo", 300_000, "MuJoCo, continuous, no termination", {}),
+    "swimmer": ("Swimmer-v5", "ppo", 200_000, "MuJoCo, continuous, no termination", {}),
+    "reacher": ("Reacher-v5", "ppo", 100_000, "MuJoCo, continuous, no termination", {}),
     "breakout": (
-        "user_envs:MinAtar/Breakout-v1", "ppo", 300_000,
+        "user_envs:MinAtar/Breakout-v1", "ppo", 200_000,
         "MinAtar, 10x10x4 boolean frames channels last, ends at failure, no time limit",
         {"ent_coef": 0.01},
     ),
     "freeway": (
-        "user_envs:MinAtar/Freeway-v1", "ppo", 300_000,
+        "user_envs:MinAtar/Freeway-v1", "ppo", 200_000,
         "MinAtar, 10x10x7 boolean frames channels last, sparse reward, no time limit",
         {"ent_coef": 0.01},
     ),
@@ -198,8 +201,9 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
 
 
 def key(name: str, args) -> str:
-    """Results of other labelers or horizons are kept beside each other."""
+    """Results of other labelers, label budgets or horizons are kept beside each other."""
     suffix = "" if args.labeler == "synthetic" else f"/{args.labeler}"
+    suffix += f"/labels{args.labels}" if args.labels else ""
     return f"{name}{suffix}{'/variable' if args.variable else ''}"
 
 
@@ -239,6 +243,36 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def paper_table(results: dict) -> str:
+    """Christiano et al. (2017), Figure 1's columns at CPU scale: RL on the true reward, 700 and
+    1,400 synthetic labels, as greedy returns (IQM [95% CI] over seeds) and normalized."""
+    from backflip.stats import aggregate
+
+    lines = [
+        "| env | steps | RL on the true reward | 700 labels | 1,400 labels | normalized (700) | "
+        "normalized (1,400) |",
+        "|" + "---|" * 7,
+    ]
+    for name in ("halfcheetah", "hopper", "walker2d", "swimmer"):
+        cells = {n: results.get(f"{name}/labels{n}") for n in (700, 1400)}
+        base = next((c for c in cells.values() if c), None)
+        if base is None:
+            continue
+
+        def ret(values):
+            x = [v for v in values if v is not None]
+            if not x:
+                return "–"
+            value, low, high = aggregate(x)["iqm"]
+            return f"{value:,.0f} [{low:,.0f}, {high:,.0f}]"
+
+        row = [base["env"], f"{base['steps']:,}", ret(base["true_returns"])]
+        row += [ret(c["pref_returns"]) if c else "–" for c in cells.values()]
+        row += [cell(c["scores"])[0] if c else "–" for c in cells.values()]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--envs", default=",".join(ENVS))
@@ -254,11 +288,15 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "prefs_user_envs_results.json"))
     ap.add_argument("--redo", action="store_true")
     ap.add_argument("--table", action="store_true", help="only print the table of --out")
+    ap.add_argument("--paper", action="store_true", help="print Figure 1's table of --out")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))  # user_envs.py, as a user's own module
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.exists() else {}
+    if args.paper:
+        print(paper_table(results))
+        return
     if not args.table:
         names = [n for n in args.envs.split(",") if args.redo or key(n, args) not in results]
         unknown = [n for n in names if n not in ENVS]

@@ -275,6 +275,13 @@ def test_preference_rules():
         prefs__labeled_losses=shown,
     )
     assert "labels-one-sided" not in fired(dense)
+    # a reward that is never negative (a fixed horizon's absorbing state pays 0): no side missing
+    alive = data(
+        prefs__labeled_segments=shown,
+        prefs__labeled_gains=shown * 0.35,
+        prefs__labeled_losses=np.zeros(N),
+    )
+    assert "labels-one-sided" not in fired(alive)
     # an off-policy learner's replay rewards: relabeled with each model (lag 0-1), or stale
     fresh = np.r_[np.zeros(N // 2), np.tile([0.0, 1.0], N)][:N]
     assert "stale-replay-rewards" not in fired(data(prefs__replay_reward_lag=fresh))
@@ -487,3 +494,54 @@ def test_q_stuck_when_the_q_network_never_learns():
     # without reward statistics one step's reward comes from the episodes (CleanRL)
     eps = (STEPS, np.full(N, 96.0), np.full(N, 96.0))
     assert "q-stuck" in fired(data(episodes=eps, train__q_mean=np.full(N, -0.07)))
+
+
+def test_a_person_s_pace_is_not_a_starved_queue():
+    """A human-labeled seed waits for its person (lockstep) or trains on after labeling ended:
+    labels/s at 0 with labels owed is their pace, not a fault; a synthetic labeler that stalls
+    is still caught, and so is a segment queue that stops for anyone."""
+    labels = np.r_[np.full(30, 2.0), np.zeros(N - 30)]
+    owed = np.linspace(0, 40, N)
+    synthetic = data(prefs__labels_per_s=labels, prefs__label_debt=owed)
+    synthetic.prefs = {"labeler": "synthetic"}
+    assert fired(synthetic)["prefs-starved"].severity == "error"
+    person = data(prefs__labels_per_s=labels, prefs__label_debt=owed)
+    person.prefs = {"labeler": "human"}
+    assert "prefs-starved" not in fired(person)
+    stopped = data(prefs__labels_per_s=labels, prefs__segments_per_s=labels)
+    stopped.prefs = {"labeler": "human"}
+    assert fired(stopped)["prefs-starved"].metric == "prefs/segments_per_s"
+
+
+def test_the_horizon_rules_name_survival_bias_and_its_mirror():
+    """`prefs-variable-horizon`: a variable horizon on an env that ended episodes early;
+    `prefs-length-bias`: the episode's length carries the learned return while the model does
+    not track the true reward, survival bias (longer pays) or its mirror (shorter pays)."""
+    ends = np.linspace(0, 400, N)
+    run = data(prefs__env_terminations=ends, prefs__terminated_frac=np.full(N, 0.9))
+    run.learned_reward, run.prefs = True, {"horizon": "variable"}
+    f = fired(run)["prefs-variable-horizon"]
+    assert f.severity == "warning" and "400 training episodes early" in f.message
+    fixed = data(prefs__env_terminations=ends)
+    fixed.learned_reward, fixed.prefs = True, {"horizon": "restart"}
+    assert "prefs-variable-horizon" not in fired(fixed)
+    never = data(prefs__env_terminations=np.zeros(N))
+    never.learned_reward, never.prefs = True, {"horizon": "variable"}
+    assert "prefs-variable-horizon" not in fired(never)
+
+    def biased(corr, seg, true):
+        d = data(
+            prefs__len_return_corr=np.full(N, corr),
+            reward_model__segment_corr=np.full(N, seg),
+            prefs__true_return_mean=true,
+        )
+        d.learned_reward, d.prefs = True, {"horizon": "variable"}
+        return fired(d).get("prefs-length-bias")
+
+    survival = biased(0.95, 0.1, flat_returns())
+    assert survival.severity == "error" and "survival bias" in survival.message
+    mirror = biased(-0.9, 0.2, flat_returns())
+    assert mirror.severity == "error" and "its mirror" in mirror.message
+    assert biased(0.95, 0.1, learning_returns()).severity == "warning"  # the task improved
+    assert biased(0.95, 0.8, flat_returns()) is None  # the model tracks the true reward
+    assert biased(0.3, 0.1, flat_returns()) is None  # length says little

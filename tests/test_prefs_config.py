@@ -139,7 +139,7 @@ def test_a_terminating_env_gets_a_fixed_horizon_by_default(tmp_path):
     cfg, notes = build(tmp_path, "prefs", "train", "ppo", "--env", "CartPole-v1", "--seeds", "1")
     assert cfg.prefs.horizon == "restart"  # resolved at launch, recorded as such
     line = next(n for n in notes if n.startswith("horizon:"))
-    assert "fixed at 500 steps" in line and "absorbing state" in line and "for 5 steps" in line
+    assert "fixed at 500 steps" in line and "absorbing state" in line and "for 25 steps" in line
     assert "of 20 random episodes ended before the time limit" in line
     variable, notes = build(
         tmp_path, "prefs", "train", "ppo", "--env", "CartPole-v1", "--set", "prefs.horizon=variable"

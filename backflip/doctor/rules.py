@@ -1641,7 +1641,8 @@ def _starved(d: RunData, name: str):
     reads=("prefs/labels_per_s", "prefs/segments_per_s", "prefs/label_debt"),
     threshold="labels/s or segments/s was positive, then 0 on ≥ 3 rows spanning ≥ 10% of "
     "training while training went on (for labels: only while labels are owed, "
-    "prefs/label_debt > 0, when it is logged)",
+    "prefs/label_debt > 0, when it is logged, and only from a synthetic labeler: a person's "
+    "pace, or labeling a person ended, is not a starved queue)",
     cause="a starved queue: the segment store or query queue stopped delivering (Rahtz: once "
     "a database filled, no new segments reached the labeler)",
     check_next="prefs/queue_depth and prefs/seconds_since_label; the segment store's capacity "
@@ -1650,7 +1651,10 @@ def _starved(d: RunData, name: str):
     live=True,
 )
 def prefs_starved(d: RunData):
+    person = d.prefs.get("labeler") == "human"
     for name in ("prefs/labels_per_s", "prefs/segments_per_s"):
+        if person and name == "prefs/labels_per_s":
+            continue  # a person answers at their pace; the seed waits for them (status waiting)
         hit = _starved(d, name)
         if hit is None:
             continue

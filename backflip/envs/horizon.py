@@ -17,12 +17,12 @@ marked `info["absorbing"] = True`; the reward model pays one learned value for i
 observation held and the action (`prefs/reward_model.py`), so the labels decide whether ending
 is good or bad, and the policy cannot choose where to end to be paid by the model's
 extrapolation. Then, with `restart_after` = k, after k absorbing steps the env restarts from a
-fresh reset inside the episode (`prefs.horizon=restart`, the default: like a lost life in Atari
-or `CartPoleFixedHorizon-v1`, each end costs k steps of the absorbing state's value and the
-policy gets another try); without it, the absorbing state lasts until the time limit
-(`prefs.horizon=absorb`: the episode's return is exactly the env's, but a policy that ends early
-spends most of its experience absorbed: PPO on CartPole's true reward under it reached a greedy
-41 in 6e4 steps, against 496 with restarts after 5 absorbing steps).
+fresh reset inside the episode (`prefs.horizon=restart`, the default, with k a clip's length:
+like a lost life in Atari or `CartPoleFixedHorizon-v1`, each end costs k steps of the absorbing
+state's value and the policy gets another try); without it, the absorbing state lasts until the
+time limit (`prefs.horizon=absorb`: the episode's return is exactly the env's, but a policy that
+ends early spends most of its experience absorbed: PPO on CartPole's true reward under it
+reached a greedy 41 in 6e4 steps, against 496 with restarts after 5 absorbing steps).
 
 A step that terminated the env is marked `info["terminated_early"] = True`, so the pipeline
 counts the env's own episodes (their true return is what it reports). Evaluation envs never get

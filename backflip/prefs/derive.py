@@ -106,6 +106,10 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
         segment,
         f"clips of {SEGMENT_LENGTH} steps as the paper's, at most a quarter of the horizon",
     )
+    out["prefs.absorb_steps"] = (
+        segment,
+        "after the env ends an episode, one clip's length in the absorbing state, then a restart",
+    )
     labels = int(min(LABELS_MAX, max(LABELS_MIN, round(steps * LABELS_PER_STEP / 50) * 50)))
     out["prefs.labels"] = (
         labels,
@@ -169,6 +173,7 @@ def horizon_line(facts: EnvFacts, treatment: str, horizon: int, absorb_steps: in
 DERIVED_KEYS = (
     "env.max_episode_steps",
     "prefs.segment_length",
+    "prefs.absorb_steps",
     "prefs.labels",
     "prefs.initial_frac",
     "prefs.random_envs",

@@ -98,10 +98,10 @@ def train_seed(cfg: TrainConfig, run) -> None:
     try:
         pipe.start_from()  # 0. labels of an earlier run, a frozen reward model
         pipe.gather()  # 1. random clips and the initial labels
-        if pcfg.stage == "gather":
+        if pcfg.stage == "gather" or run.stopping:  # a stop: `interrupted`, every label kept
             return
         pipe.pretrain()  # 2. the reward model on the labels so far
-        if pcfg.stage == "pretrain":
+        if pcfg.stage == "pretrain" or run.stopping:
             return
         pipe.train_policy(get_algo(cfg.algo))  # 3. the policy on r̂, with its ticks
     finally:
@@ -331,6 +331,8 @@ class Pipeline:
                 self.run.log(0)
             self.save_model()
         self.end_phase()
+        if self.run.stopping:
+            return
         if pcfg.stage == "full" and self.model.updates == 0 and not self.frozen:
             raise UserError(
                 "no labels to train the reward model on (--labels 0 needs --reward-model)"
@@ -745,8 +747,12 @@ class Pipeline:
             out = {
                 "prefs/labels": float(counts["labeled"]),
                 "prefs/labels_skipped": float(counts["skipped"]),
+                "prefs/labels_equal": float(counts["equal"]),
                 "prefs/labels_due": float(self.schedule.due(self.step)),
-                "prefs/label_debt": float(max(0, self.schedule.due(self.step) - labels)),
+                # labels owed: none once a person ended labeling
+                "prefs/label_debt": 0.0
+                if self.ended is not None
+                else float(max(0, self.schedule.due(self.step) - labels)),
                 "prefs/labels_per_s": (labels - labels_last) / dt,
                 "prefs/segments_per_s": (added - in_last) / dt,
                 "prefs/segments_out_per_s": (self.segments_out - out_last) / dt,

@@ -108,7 +108,8 @@ class Guard:
             return _plain(with_headers, "403 Forbidden", f"unexpected Host header {host!r}\n")
         if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD", "OPTIONS"):
             origin = environ.get("HTTP_ORIGIN")
-            if origin and _hostname(origin.split("://", 1)[-1]) != host:
+            here = f"{environ.get('wsgi.url_scheme', 'http')}://{environ.get('HTTP_HOST', '')}"
+            if origin and origin.rstrip("/").lower() != here.lower():  # scheme, host and port
                 return _plain(with_headers, "403 Forbidden", "cross-origin request refused\n")
             if environ.get("HTTP_SEC_FETCH_SITE") not in (None, "same-origin", "none"):
                 return _plain(with_headers, "403 Forbidden", "cross-site request refused\n")
@@ -469,6 +470,23 @@ def running_ui(home: Path, host: str, port: int) -> str | None:
     return url if same else None
 
 
+def reachable_host(host: str) -> str:
+    """The address to print for a server bound to `host`: a wildcard (0.0.0.0, ::) listens on
+    every interface, but is no address a colleague can open: this machine's first address
+    that is not loopback, else its name."""
+    if host.strip("[]") not in ("0.0.0.0", "::", ""):
+        return host.strip("[]")
+    name = socket.gethostname()
+    try:
+        infos = socket.getaddrinfo(name, None, socket.AF_INET)
+    except OSError:
+        return name
+    for *_, addr in infos:
+        if not addr[0].startswith("127."):
+            return addr[0]
+    return name
+
+
 def serve(
     home: Path,
     host: str = "127.0.0.1",
@@ -519,7 +537,8 @@ def serve(
         fd=sock.fileno(),
     )
     sock.close()  # the server holds its own duplicate of the socket
-    shown = f"[{host}]" if ":" in host else host
+    reach = reachable_host(host)
+    shown = f"[{reach}]" if ":" in reach else reach
     url = f"http://{shown}:{port}{path}"
     if token:
         url += ("&" if "?" in path else "?") + f"token={token}"

@@ -229,6 +229,16 @@ def test_notes_can_be_added_from_the_same_origin_only(ui_server, ui_archive):
         headers={**headers, "Origin": "http://evil.example"},
     )
     assert resp.status == 403
+    # the same host on another port is another origin (the exact rule: scheme, host and port)
+    other_port = re.sub(r":\d+$", ":9999", ui_server.base)
+    resp, _ = get(
+        ui_server,
+        "/journal/note",
+        method="POST",
+        body=form,
+        headers={**headers, "Origin": other_port},
+    )
+    assert resp.status == 403
     origin = ui_server.base
     resp, _ = get(
         ui_server, "/journal/note", method="POST", body=form, headers={**headers, "Origin": origin}
@@ -242,7 +252,10 @@ def test_non_loopback_host_requires_a_token(ui_archive):
     server = Server(ui_archive["home"], "--host", "0.0.0.0")
     try:
         assert server.token and len(server.token) >= 20
-        local = type("S", (), {"base": server.base.replace("0.0.0.0", "127.0.0.1")})()
+        # the printed address is one a colleague can open, not the wildcard it listens on
+        assert "0.0.0.0" not in server.url and "token=" in server.url
+        port = urlsplit(server.base).port
+        local = type("S", (), {"base": f"http://127.0.0.1:{port}"})()
         assert get(local, "/")[0].status == 401
         assert get(local, f"/api/runs/{ui_archive['a']}/curves")[0].status == 401
         assert get(local, f"/files/{ui_archive['a']}/run.json")[0].status == 401
