@@ -140,15 +140,20 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
     todo = []
     for name in names:
         true, pref, notes = configs(name, args, home)
-        todo.append((name, true, pref, notes))
+        todo.append((name, true, pref, notes, done_true(results, true)))
     # longest first: the pool stays full to the end
     todo.sort(key=lambda t: -t[2].steps * (3 if "MinAtar" in t[2].env_id else 1))
     cfgs, labels, notes, tags = [], [], [], []
-    for name, true, pref, said in todo:
-        cfgs += [pref, true]
-        labels += [f"{name} prefs", f"{name} true"]
-        notes += [said, []]
-        tags += [["prefs-user-envs", name, "prefs"], ["prefs-user-envs", name, "true"]]
+    for name, true, pref, said, done in todo:
+        cfgs.append(pref)
+        labels.append(f"{name} prefs")
+        notes.append(said)
+        tags.append(["prefs-user-envs", name, "prefs"])
+        if done is None:  # the same true-reward run of another invocation is reused
+            cfgs.append(true)
+            labels.append(f"{name} true")
+            notes.append([])
+            tags.append(["prefs-user-envs", name, "true"])
     t0 = time.time()
     records = launch_runs(
         cfgs,
@@ -161,9 +166,10 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
         labels=labels,
         notes=notes,
     )
-    for i, (name, _, pref, said) in enumerate(todo):
-        pref_rec = load_run(Path(records[2 * i]["dir"]))
-        true_rec = load_run(Path(records[2 * i + 1]["dir"]))
+    by_label = dict(zip(labels, records, strict=True))
+    for name, _, pref, said, done in todo:
+        pref_rec = load_run(Path(by_label[f"{name} prefs"]["dir"]))
+        true_rec = load_run(Path((done or by_label[f"{name} true"])["dir"]))
         env_id = pref.env_id
         r_random = random_return(env_id)
         true_rets = [r for r in per_seed(true_rec) if r is not None]
@@ -189,6 +195,7 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
             "pref_returns": pref_rets,
             "scores": scores,
             "true_run": true_rec["id"],
+            "home": str(home.resolve()),
             "pref_run": pref_rec["id"],
             "pref_wall_s": [s.get("wall_s") for s in pref_rec["seeds"]],
             "true_wall_s": [s.get("wall_s") for s in true_rec["seeds"]],
@@ -198,6 +205,24 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
             "notes": said,
         }
     print(f"{len(todo)} envs in {(time.time() - t0) / 60:.1f} min", file=sys.stderr)
+
+
+def done_true(results: dict, true) -> dict | None:
+    """A finished true-reward run with the same config in `results` (another labeler's or
+    label budget's invocation), as {"dir": ...}, else None."""
+    from backflip.runs.archive import load_run
+    from backflip.runs.index import resolve_run
+
+    for res in results.values():
+        if res["env"] != true.env_id or res["steps"] != true.steps or res["seeds"] != true.seeds:
+            continue
+        try:
+            record = load_run(resolve_run(Path(res["home"]), res["true_run"]))
+        except Exception:  # noqa: BLE001 — moved or deleted: train it again
+            continue
+        if record["config"] == true.to_dict() and record["status"] == "finished":
+            return {"dir": record["dir"]}
+    return None
 
 
 def key(name: str, args) -> str:
