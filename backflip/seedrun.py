@@ -112,6 +112,7 @@ class SeedRun:
         # with a fixed horizon.
         self._copy_wrapper: Callable | None = None
         self._vec_wrappers: list[Callable] = []
+        self._render_mode: str | None = None
         # Replay buffers of an off-policy algorithm (`register_replay`), with the map from their
         # stored actions to the env's: a learned reward relabels them when its model changes.
         self.replay_buffers: list[tuple[object, Callable]] = []
@@ -147,27 +148,40 @@ class SeedRun:
         """The algorithm's training envs: `num_envs` copies of the run's env (NEXT_STEP
         autoreset, `backflip.envs.make_vec`), wrapped as `training_envs` says."""
         envs = self._checked(
-            make_vec(self.env_id, num_envs, self.env_opts, wrap=self._copy_wrapper)
+            make_vec(
+                self.env_id,
+                num_envs,
+                self.env_opts,
+                wrap=self._copy_wrapper,
+                render_mode=self._render_mode,
+            )
         )
         for wrap in self._vec_wrappers:
             envs = wrap(envs)
         return envs
 
     @contextlib.contextmanager
-    def training_envs(self, copy: Callable | None = None, vector: Callable | None = None):
+    def training_envs(
+        self,
+        copy: Callable | None = None,
+        vector: Callable | None = None,
+        render_mode: str | None = None,
+    ):
         """Within the block, every training env the algorithm makes has each copy wrapped by
-        `copy(env)` (a gym.Env wrapper class: it is pickled into checkpoints with the envs) and
-        the vector env by `vector(envs)`. The hook a preference run trains through: a fixed
-        horizon on each copy (`envs/horizon.py`), the learned reward on the vector env
-        (`prefs/wrapper.py: LearnedReward`). Evaluation envs are never wrapped."""
-        saved = self._copy_wrapper, list(self._vec_wrappers)
+        `copy(env)` (picklable: it is pickled into checkpoints with the envs), made with
+        `render_mode`, and the vector env wrapped by `vector(envs)`. The hook a preference run
+        trains through: a fixed horizon on each copy (`envs/horizon.py`) and, for a person,
+        its rendered frames, the learned reward on the vector env (`prefs/wrapper.py:
+        LearnedReward`). Evaluation envs are never wrapped."""
+        saved = self._copy_wrapper, list(self._vec_wrappers), self._render_mode
         self._copy_wrapper = copy or self._copy_wrapper
+        self._render_mode = render_mode or self._render_mode
         if vector is not None:
             self._vec_wrappers.append(vector)
         try:
             yield
         finally:
-            self._copy_wrapper, self._vec_wrappers = saved
+            self._copy_wrapper, self._vec_wrappers, self._render_mode = saved
 
     def _checked(self, envs):
         """With doctor.stop_on_nan, a NaN or infinite observation stops the seed at once, naming

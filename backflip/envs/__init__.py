@@ -201,6 +201,10 @@ def make_env(
         kwargs["max_episode_steps"] = opts.max_episode_steps
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
+        # pygame (classic-control rendering) must not look for a display or a sound card
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
     try:
         env = gym.make(env_id, **kwargs)
     except gym.error.DependencyNotInstalled as e:
@@ -268,9 +272,11 @@ def make_vec(
     opts: EnvOptions | None = None,
     evaluation: bool = False,
     wrap=None,
+    render_mode: str | None = None,
 ) -> gym.vector.VectorEnv:
-    """`num_envs` copies stepping in lockstep (NEXT_STEP autoreset); `evaluation` and `wrap` as
-    `make_env` (with `wrap`, always Gymnasium's SyncVectorEnv of wrapped copies).
+    """`num_envs` copies stepping in lockstep (NEXT_STEP autoreset); `evaluation`, `wrap` and
+    `render_mode` as `make_env` (with `wrap` or `render_mode`, always Gymnasium's SyncVectorEnv
+    of wrapped copies).
 
     Uses the env's own vectorized implementation when it has one, no option wrapper is active
     and there are several copies (Gymnasium's CartPoleVectorEnv is faster than SyncVectorEnv for
@@ -285,15 +291,23 @@ def make_vec(
         and opts == EnvOptions()
         and num_envs > 1
         and wrap is None
+        and render_mode is None
     ):
         env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point")
-    elif not evaluation and wrap is None and atari.vector_env_fits(spec, opts):
+    elif (
+        not evaluation
+        and wrap is None
+        and render_mode is None
+        and atari.vector_env_fits(spec, opts)
+    ):
         env = atari.vector_env(spec, num_envs, opts)
     else:
         env = gym.vector.SyncVectorEnv(
             # a partial, not a lambda: the envs pickle into checkpoints (exact resume)
             [
-                functools.partial(make_env, env_id, opts, evaluation=evaluation, wrap=wrap)
+                functools.partial(
+                    make_env, env_id, opts, render_mode, evaluation=evaluation, wrap=wrap
+                )
                 for _ in range(num_envs)
             ],
             autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,

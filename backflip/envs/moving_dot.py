@@ -39,6 +39,23 @@ def draw(pos: np.ndarray, height: int = HEIGHT, width: int = WIDTH) -> np.ndarra
     return frame
 
 
+GOAL = (40, 200, 40)
+
+
+def mark_goal(img: np.ndarray) -> np.ndarray:
+    """The goal, a green cross where the dot's centre should end, drawn under the dot."""
+    h, w = img.shape[:2]
+    sx, sy = w / WIDTH, h / HEIGHT
+    cx = round((CENTRE[0] + DOT / 2) * sx)
+    cy = round((CENTRE[1] + DOT / 2) * sy)
+    arm, out = max(3, round(8 * sx)), img.copy()
+    dot = out.max(-1) == 255  # the dot stays on top
+    out[cy, max(0, cx - arm) : cx + arm + 1] = GOAL
+    out[max(0, cy - arm) : cy + arm + 1, cx] = GOAL
+    out[dot] = 255
+    return out
+
+
 def move(pos: np.ndarray, action) -> tuple[np.ndarray, np.ndarray]:
     """The dot's positions after `action` (positions (..., 2) and actions broadcast) and the
     reward: +1 when the move brings the dot nearer the centre, -1 farther, 0 otherwise."""
@@ -90,7 +107,9 @@ class MovingDot(gym.Env):
         return self._obs(), float(reward), False, self.t >= self.max_steps, {}
 
     def render(self):
-        return draw(self.pos)
+        """The frame a person sees: the dot, and the goal (a green cross at the centre) under
+        it, which the observations do not show."""
+        return mark_goal(draw(self.pos))
 
 
 # the time limit is the env's own (it truncates itself at `max_steps`), stated for whoever reads

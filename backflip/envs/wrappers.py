@@ -193,3 +193,34 @@ def _frame_like(box: gym.spaces.Box) -> bool:
     if box.dtype == np.bool_ or box.dtype == np.uint8:
         return True
     return bool(np.all(np.isfinite(box.low)) and np.all(np.isfinite(box.high)))
+
+
+class RenderFrames(gym.Wrapper):
+    """Put the env's own rendered frame of every observation it returns in `info["frame"]`
+    (on reset and on each step): what a person is shown of a clip, at the env's native size and
+    in its colours, not the policy's preprocessed input (a preference run labeled by people,
+    `prefs/pipeline.py`). The env must be made with render_mode="rgb_array"."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, {**info, "frame": self._frame()}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "frame": self._frame()}
+
+    def _frame(self) -> np.ndarray:
+        return np.ascontiguousarray(self.env.render(), np.uint8)
+
+
+class Chain:
+    """Wrappers applied one after the other, as one picklable callable (checkpoints pickle the
+    envs with the functions that made them)."""
+
+    def __init__(self, *wrappers):
+        self.wrappers = [w for w in wrappers if w is not None]
+
+    def __call__(self, env):
+        for wrap in self.wrappers:
+            env = wrap(env)
+        return env

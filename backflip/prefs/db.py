@@ -6,7 +6,9 @@
                               whom) labeling was ended early
       segments(id, ...)       a clip of experience: observations, actions, true rewards (blobs),
                               and which of its steps were taken in the absorbing state of a
-                              fixed horizon (`absorbing`, NULL: none; envs/horizon.py)
+                              fixed horizon (`absorbing`, NULL: none; envs/horizon.py), and
+                              for people the env's own rendered frames (`clip`: one PNG, the
+                              frames stacked top to bottom; NULL: not rendered)
       queries(id, left, right, status, label, needs, ...)
                               a pair of segments shown to labelers; status pending, labeled or
                               skipped ("can't tell"); label in [0, 1]: 1 = left better, 0 = right,
@@ -50,7 +52,8 @@ CREATE TABLE IF NOT EXISTS segments (
     obs BLOB NOT NULL,
     actions BLOB NOT NULL,
     rewards BLOB NOT NULL,
-    absorbing BLOB
+    absorbing BLOB,
+    clip BLOB
 );
 CREATE TABLE IF NOT EXISTS queries (
     id INTEGER PRIMARY KEY,
@@ -76,6 +79,7 @@ CREATE TABLE IF NOT EXISTS answers (
     choice TEXT NOT NULL CHECK (choice IN ('left', 'right', 'equal', 'skip')),
     shown_at REAL,
     answered_at REAL NOT NULL,
+    answer_id TEXT,
     UNIQUE (query, person)
 );
 CREATE INDEX IF NOT EXISTS queries_status ON queries (status, id);
@@ -112,6 +116,9 @@ class Segment:
     id: int | None = None
     predicted: float | None = None
     absorbing: np.ndarray | None = None
+    clip: bytes | None = None
+    """the env's rendered frames of the segment, as one PNG (frames stacked vertically), when a
+    person labels the run (`prefs/frames.py: png`)"""
 
     def absorbed(self) -> np.ndarray:
         """`absorbing` as a boolean per step (all False when None)."""
@@ -134,6 +141,14 @@ def unpack(b: bytes) -> np.ndarray:
     return np.load(io.BytesIO(zlib.decompress(b)), allow_pickle=False)
 
 
+class AlreadyTrained(Exception):
+    """An answer the reward model has already trained on (`PreferenceDB.undo`)."""
+
+    def __init__(self, query: int):
+        super().__init__(f"the answer to query {query} was already used to train the reward model")
+        self.query = query
+
+
 class PreferenceDB:
     """One SQLite preference database; safe to share between threads and processes."""
 
@@ -148,6 +163,14 @@ class PreferenceDB:
             self.conn.executescript(SCHEMA)
             self._migrate()
             self.conn.executescript(ANSWERS)
+            (answers,) = self.conn.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'answers'"
+            ).fetchone()
+            if "answer_id" not in answers:  # written before answers had the page's ids
+                self.conn.execute("ALTER TABLE answers ADD COLUMN answer_id TEXT")
+            self.conn.execute(
+                "CREATE UNIQUE INDEX IF NOT EXISTS answers_answer_id ON answers (answer_id)"
+            )
         self.conn.execute("PRAGMA foreign_keys=ON")
 
     def _migrate(self) -> None:
@@ -157,8 +180,9 @@ class PreferenceDB:
         (segments,) = self.conn.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'segments'"
         ).fetchone()
-        if "absorbing" not in segments:
-            self.conn.execute("ALTER TABLE segments ADD COLUMN absorbing BLOB")
+        for column in ("absorbing", "clip"):
+            if column not in segments:
+                self.conn.execute(f"ALTER TABLE segments ADD COLUMN {column} BLOB")
         (sql,) = self.conn.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'queries'"
         ).fetchone()
@@ -192,8 +216,9 @@ class PreferenceDB:
 
     def _insert_segment(self, seg: Segment) -> int:
         cur = self.conn.execute(
-            "INSERT INTO segments (step, created, true_return, obs, actions, rewards, absorbing) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO segments "
+            "(step, created, true_return, obs, actions, rewards, absorbing, clip) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 int(seg.step),
                 time.time(),
@@ -202,6 +227,7 @@ class PreferenceDB:
                 pack(seg.actions),
                 pack(seg.rewards),
                 pack(seg.absorbed()) if seg.absorbed().any() else None,
+                seg.clip,
             ),
         )
         return int(cur.lastrowid)
@@ -251,11 +277,20 @@ class PreferenceDB:
             return int(cur.lastrowid)
 
     def answer(
-        self, query_id: int, choice: str, person: str = "human", shown_at: float | None = None
+        self,
+        query_id: int,
+        choice: str,
+        person: str = "human",
+        shown_at: float | None = None,
+        answer_id: str | None = None,
     ) -> str:
         """Record `person`'s answer to a query: left, right, equal, or skip ("can't tell"), with
         when the pair was shown to them. When the query has as many answers as it `needs`, they
         become its label (`combine`). Committed before returning; the query's status after it.
+
+        `answer_id` (the page's own id for the answer) makes it idempotent: an answer sent again
+        (the page kept it while the server was away, and cannot know whether it arrived) is
+        recorded once, and the second call returns the query's status.
 
         Refused (KeyError, with the reason) for an unknown query, one that is no longer pending,
         or one this person has answered already.
@@ -264,6 +299,14 @@ class PreferenceDB:
             raise ValueError(f"choice must be left, right, equal or skip, got {choice!r}")
         now = time.time()
         with self._lock, self.conn:
+            if answer_id is not None:
+                known = self.conn.execute(
+                    "SELECT a.query, q.status FROM answers a JOIN queries q ON q.id = a.query "
+                    "WHERE a.answer_id = ?",
+                    (answer_id,),
+                ).fetchone()
+                if known is not None:
+                    return known[1]
             row = self.conn.execute(
                 "SELECT status, needs FROM queries WHERE id = ?", (int(query_id),)
             ).fetchone()
@@ -273,9 +316,9 @@ class PreferenceDB:
                 raise KeyError(f"query {query_id} is not pending (already answered)")
             try:
                 self.conn.execute(
-                    "INSERT INTO answers (query, person, choice, shown_at, answered_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (int(query_id), person, choice, shown_at, now),
+                    "INSERT INTO answers (query, person, choice, shown_at, answered_at, "
+                    "answer_id) VALUES (?, ?, ?, ?, ?, ?)",
+                    (int(query_id), person, choice, shown_at, now, answer_id),
                 )
             except sqlite3.IntegrityError:
                 raise KeyError(f"{person} has already answered query {query_id}") from None
@@ -292,17 +335,29 @@ class PreferenceDB:
             )
             return status
 
-    def undo(self, person: str = "human") -> int | None:
-        """Take back `person`'s most recent answer; its query is pending again (and its label,
-        if that answer completed it, is gone). The query id, or None when there is none."""
+    def undo(
+        self, person: str = "human", query: int | None = None, trained_at: float | None = None
+    ) -> int | None:
+        """Take back `person`'s answer to `query` (None: their most recent); its query is pending
+        again (and its label, if that answer completed it, is gone). The query id, or None when
+        there is none. With `trained_at`, an answer given before then (the reward model has
+        trained on it) is refused: `AlreadyTrained`."""
         with self._lock, self.conn:
-            row = self.conn.execute(
-                "SELECT id, query FROM answers WHERE person = ? "
-                "ORDER BY answered_at DESC, id DESC LIMIT 1",
-                (person,),
-            ).fetchone()
+            if query is None:
+                row = self.conn.execute(
+                    "SELECT id, query, answered_at FROM answers WHERE person = ? "
+                    "ORDER BY answered_at DESC, id DESC LIMIT 1",
+                    (person,),
+                ).fetchone()
+            else:
+                row = self.conn.execute(
+                    "SELECT id, query, answered_at FROM answers WHERE person = ? AND query = ?",
+                    (person, int(query)),
+                ).fetchone()
             if row is None:
                 return None
+            if trained_at is not None and row[2] <= trained_at:
+                raise AlreadyTrained(int(row[1]))
             self.conn.execute("DELETE FROM answers WHERE id = ?", (row[0],))
             self.conn.execute(
                 "UPDATE queries SET status = 'pending', label = NULL, labeler = NULL, "
@@ -404,6 +459,16 @@ class PreferenceDB:
                 out.update({int(i): unpack(blob) for i, blob in rows})
         return out
 
+    def clip(self, seg_id: int) -> bytes | None:
+        """A segment's rendered frames (one PNG), or None when it has none."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT clip FROM segments WHERE id = ?", (int(seg_id),)
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"no segment {seg_id}")
+        return row[0]
+
     def segment(self, seg_id: int) -> Segment:
         with self._lock:
             row = self.conn.execute(
@@ -480,6 +545,7 @@ class PreferenceDB:
             for sid in (left, right):
                 if sid not in seg_map:
                     seg = other.segment(sid)
+                    seg.clip = other.clip(sid)
                     seg.id = None
                     seg_map[sid] = seg
             self.add_query(

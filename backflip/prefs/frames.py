@@ -79,21 +79,7 @@ def bars(obs) -> np.ndarray:
     return img
 
 
-GOAL = (40, 200, 40)
-
-
-def mark_goal(img: np.ndarray) -> np.ndarray:
-    """MovingDot's goal, a green cross where the dot's centre should end, under the dot."""
-    h, w = img.shape[:2]
-    sx, sy = w / moving_dot.WIDTH, h / moving_dot.HEIGHT
-    cx = round((moving_dot.CENTRE[0] + moving_dot.DOT / 2) * sx)
-    cy = round((moving_dot.CENTRE[1] + moving_dot.DOT / 2) * sy)
-    arm, out = max(3, round(8 * sx)), img.copy()
-    dot = out.max(-1) == 255  # the dot stays on top
-    out[cy, max(0, cx - arm) : cx + arm + 1] = GOAL
-    out[max(0, cy - arm) : cy + arm + 1, cx] = GOAL
-    out[dot] = 255
-    return out
+mark_goal = moving_dot.mark_goal  # MovingDot's goal, drawn under the dot
 
 
 def frame_fn(env_id: str, obs_shape: tuple[int, ...]):

@@ -69,6 +69,7 @@ import torch
 
 from backflip.config import PrefsConfig, TrainConfig
 from backflip.envs.horizon import horizon_wrapper
+from backflip.envs.wrappers import Chain, RenderFrames
 from backflip.errors import UserError
 from backflip.prefs.db import PreferenceDB
 from backflip.prefs.derive import check_action_input
@@ -125,11 +126,19 @@ class Pipeline:
         self.env_id, self.env_opts = cfg.env_id, cfg.env
         self.steps = cfg.steps
         self.folder = Path(run.out_dir)
-        # every env this pipeline makes for the policy and for its clips: a fixed horizon
-        self.wrap = horizon_wrapper(pcfg)
+        # every env this pipeline makes for the policy and for its clips: a fixed horizon, and
+        # for a person the env's own rendered frames of every step (what the page shows)
+        self.horizon = horizon_wrapper(pcfg)
+        self.render_mode = None
+        if pcfg.labeler == "human":
+            why = renders(self.env_id, self.env_opts)
+            if why is None:
+                self.render_mode = "rgb_array"
+            else:  # the page draws frames from the observations instead
+                run.warn(f"the labeling page shows frames drawn from observations: {why}")
+        self.wrap = Chain(self.horizon, RenderFrames if self.render_mode else None)
         probe = make_env(self.env_id, self.env_opts)
         self.obs_space, self.act_space = probe.observation_space, probe.action_space
-        probe.close()
         self.human = pcfg.labeler == "human"
         self.teacher = teacher_for(pcfg)
         self.db = PreferenceDB(self.folder / PREFS_DB)
@@ -141,7 +150,9 @@ class Pipeline:
             teacher="" if self.human else self.teacher.spec,
             task=pcfg.task,
             obs_shape=",".join(map(str, self.obs_space.shape)),
+            fps=clip_fps(probe, self.env_id, self.env_opts),
         )
+        probe.close()
         self.rng = np.random.default_rng(run.seed + 7919)
         self.share_rng = np.random.default_rng(run.seed + 15485863)  # which queries go to two
         check_action_input(pcfg, hasattr(self.act_space, "n"), self.act_space)
@@ -176,6 +187,7 @@ class Pipeline:
         self.next_tick = pcfg.tick_steps
         self._last_publish = 0.0
         self.answered = 0  # labeled + skipped queries when the database was last read
+        self.labels_read_at = 0.0  # when the reward model last read its labels
         self.ended: dict | None = None  # a person ended labeling early: when, by whom
         self.wait_s = 0.0  # time the policy spent waiting for the person
         self.model_version = 0  # reward-model snapshots made while the policy trains
@@ -246,10 +258,17 @@ class Pipeline:
         from backflip.envs import make_vec
         from backflip.prefs.wrapper import flags
 
-        envs = make_vec(self.env_id, self.cfg.random_envs, self.env_opts, wrap=self.wrap)
+        envs = make_vec(
+            self.env_id,
+            self.cfg.random_envs,
+            self.env_opts,
+            wrap=self.wrap,
+            render_mode=self.render_mode,
+        )
         rec = SegmentRecorder(envs.num_envs, self.cfg.segment_length)
         envs.action_space.seed(seed)
-        obs, _ = envs.reset(seed=seed)
+        obs, info = envs.reset(seed=seed)
+        frames = info.get("frame")
         prev_done = np.zeros(envs.num_envs, bool)
         steps, cap = 0, GATHER_STEPS_PER_CLIP * n_segments * self.cfg.segment_length
         phase = "gathering clips from a random policy"
@@ -268,12 +287,21 @@ class Pipeline:
                 done = term | trunc
                 absorbing = flags(info, "absorbing", envs.num_envs)
                 segs = rec.add(
-                    obs, actions, np.asarray(r, np.float64), ~prev_done, done, 0, None, absorbing
+                    obs,
+                    actions,
+                    np.asarray(r, np.float64),
+                    ~prev_done,
+                    done,
+                    0,
+                    None,
+                    absorbing,
+                    frames,
                 )
                 if segs:
                     self.store.add(segs)
                     self.model.observe(np.concatenate([s.obs for s in segs]))
                 obs, prev_done = next_obs, done
+                frames = info.get("frame", frames)
                 steps += envs.num_envs
         finally:
             envs.close()
@@ -360,7 +388,7 @@ class Pipeline:
             return LearnedReward(envs, self)
 
         self.start_worker()
-        with run.training_envs(copy=self.wrap, vector=learned_reward):
+        with run.training_envs(copy=self.wrap, vector=learned_reward, render_mode=self.render_mode):
             spec.train(run.cfg.hp, run)
         self.stop_worker()
         self.publish()  # the pipeline's final state (async: after the worker stops)
@@ -374,17 +402,18 @@ class Pipeline:
         self.ep_pred, self.ep_true, self.ep_len = np.zeros(n), np.zeros(n), np.zeros(n)
 
     def on_step(
-        self, obs, actions, true_reward, reward, valid, done, ended, absorbing=None
+        self, obs, actions, true_reward, reward, valid, done, ended, absorbing=None, frames=None
     ) -> None:
         """One vector step of the policy's training envs (called by `LearnedReward`): the
         segments it completes, the episodes it ends; then, when due, the person's pace, the
         replay buffers' relabeling and a tick. `ended`: the env terminated the copy's episode
         at this step (under a fixed horizon it goes on, absorbed or restarted); `absorbing`: the
-        step was taken in the absorbing state."""
+        step was taken in the absorbing state; `frames`: the env's rendered frames of `obs`
+        (a person labels the run)."""
         self.step += len(valid)
         with self.run.tel.timer("prefs_segments"):
             segs = self.recorder.add(
-                obs, actions, true_reward, valid, done, self.step, reward, absorbing
+                obs, actions, true_reward, valid, done, self.step, reward, absorbing, frames
             )
             if segs:
                 self.paid.extend((seg.predicted, seg.true_return) for seg in segs)
@@ -471,7 +500,7 @@ class Pipeline:
         if version == self.relabeled_version or not self.run.replay_buffers:
             return
         t0 = time.perf_counter()
-        kind, absorb = self.cfg.reward_input, self.wrap is not None
+        kind, absorb = self.cfg.reward_input, self.horizon is not None
 
         def relabeled(obs, act, nxt, env_action):
             # a buffer keeps no info: a step in the absorbing state is one whose observation is
@@ -669,6 +698,7 @@ class Pipeline:
     # -- reward model --------------------------------------------------------------------------
 
     def refresh_pairs(self) -> int:
+        self.labels_read_at = time.time()  # answers before this are trained on from now
         rows = self.db.labels(limit=self.cfg.buffer_labels)
 
         def load(sid):
@@ -730,8 +760,15 @@ class Pipeline:
             )
         with self.lock:
             self.rm_stats.update(stats)
-        if self.human and "reward_model/val_acc" in stats:  # shown on the labeling page
-            self.db.set_meta(val_acc=stats["reward_model/val_acc"])
+        if self.human:  # the page shows the accuracy, and which answers were trained on
+            self.db.set_meta(
+                trained_at=self.labels_read_at,
+                **{
+                    k: stats[f"reward_model/{k}"]
+                    for k in ("val_acc",)
+                    if f"reward_model/{k}" in stats
+                },
+            )
 
     # -- metrics -------------------------------------------------------------------------------
 
@@ -777,7 +814,7 @@ class Pipeline:
                 out["reward_model/return_corr"] = float(np.corrcoef(pred, true)[0, 1])
             # under a variable horizon: does an episode's length carry its learned return? (a
             # fixed horizon's env episodes differ in length, but the policy is not paid by it)
-            if self.wrap is None and len(pred) >= 3 and pred.std() > 0 and length.std() > 0:
+            if self.horizon is None and len(pred) >= 3 and pred.std() > 0 and length.std() > 0:
                 out["prefs/len_return_corr"] = float(np.corrcoef(length, pred)[0, 1])
         if len(self.paid) >= 20:
             pred, true = np.array(self.paid).T
@@ -879,3 +916,35 @@ def read_reward_model(run_dir: str | Path, seed: int) -> tuple[dict, PrefsConfig
         return saved, PrefsConfig.from_dict(saved["prefs"])
     except Exception as e:  # noqa: BLE001 — a truncated or foreign file: one line
         raise UserError(f"cannot read reward model {path}: {type(e).__name__}: {e}") from None
+
+
+def clip_fps(env, env_id: str, opts) -> float:
+    """The real frame rate of a clip, in agent steps per second: the env's `render_fps` (MuJoCo
+    sets it from its time step), or for Atari 15 (4 emulator frames at 60 Hz per agent step:
+    Ibarz et al.'s 25-step clips of ~1.7 s)."""
+    from backflip.envs import check_env_id
+    from backflip.envs.atari import is_ale
+
+    if is_ale(check_env_id(env_id)) and opts.atari:
+        return 15.0
+    fps = (getattr(env.unwrapped, "metadata", None) or {}).get("render_fps")
+    return float(min(max(fps or 30, 1), 60))
+
+
+def renders(env_id: str, opts) -> str | None:
+    """Why the env cannot show a person its own frames (render_mode="rgb_array": MuJoCo needs
+    an OpenGL library, classic control pygame), or None when it can."""
+    from backflip.envs import make_env
+
+    try:
+        env = make_env(env_id, opts, render_mode="rgb_array")
+        try:
+            env.reset(seed=0)
+            frame = env.render()
+        finally:
+            env.close()
+    except Exception as e:  # noqa: BLE001 — any failure to render means: draw from observations
+        return f"{env_id} cannot render ({type(e).__name__}: {str(e)[:120]})"
+    if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[-1] != 3:
+        return f"{env_id}'s render() gave no RGB frame"
+    return None

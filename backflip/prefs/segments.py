@@ -34,13 +34,23 @@ class SegmentRecorder:
         self.buf: list[list[tuple]] = [[] for _ in range(num_envs)]
 
     def add(
-        self, obs, actions, rewards, valid, done, step: int, predicted=None, absorbing=None
+        self,
+        obs,
+        actions,
+        rewards,
+        valid,
+        done,
+        step: int,
+        predicted=None,
+        absorbing=None,
+        frames=None,
     ) -> list[Segment]:
         """Record one vector step: the observation each action was taken in, the action, the true
-        reward, whether the step was taken in the absorbing state of a fixed horizon and, if
-        given, the learned reward the policy was paid. `valid` is False on autoreset steps (not
-        transitions); `done` ends an episode, which drops any partial segment. Returns the
-        segments completed by this step."""
+        reward, whether the step was taken in the absorbing state of a fixed horizon, the env's
+        rendered frame of the observation (for people: the completed segment keeps them as one
+        PNG) and, if given, the learned reward the policy was paid. `valid` is False on
+        autoreset steps (not transitions); `done` ends an episode, which drops any partial
+        segment. Returns the segments completed by this step."""
         out = []
         paid = np.full(len(self.buf), np.nan) if predicted is None else predicted
         absorbing = np.zeros(len(self.buf), bool) if absorbing is None else absorbing
@@ -48,12 +58,17 @@ class SegmentRecorder:
             if not valid[i]:
                 buf.clear()
                 continue
-            buf.append((obs[i], actions[i], rewards[i], paid[i], absorbing[i]))
+            frame = None if frames is None else frames[i]
+            buf.append((obs[i], actions[i], rewards[i], paid[i], absorbing[i], frame))
             if len(buf) == self.length:
-                o, a, r, p, ab = zip(*buf, strict=True)
+                o, a, r, p, ab, f = zip(*buf, strict=True)
                 ab = np.asarray(ab, bool)
                 seg = Segment(np.stack(o), np.stack(a), np.asarray(r, np.float64), step)
                 seg.absorbing = ab if ab.any() else None
+                if frames is not None:
+                    from backflip.prefs.frames import png  # PIL: only for people's clips
+
+                    seg.clip = png(np.stack(f))
                 if predicted is not None:
                     seg.predicted = float(np.sum(p))
                 out.append(seg)

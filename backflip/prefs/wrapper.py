@@ -30,17 +30,19 @@ class LearnedReward(gym.vector.VectorWrapper):
         super().__init__(env)
         self.pipeline = pipeline
         self.obs = None
+        self.frames = None  # the rendered frame of each copy's current observation (people)
         self.prev_done = np.zeros(env.num_envs, bool)
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
         self.obs = obs
+        self.frames = info.get("frame")
         self.prev_done = np.zeros(self.num_envs, bool)
         self.pipeline.episode_reset()
         return obs, info
 
     def step(self, actions):
-        obs_before, valid = self.obs, ~self.prev_done
+        obs_before, frames_before, valid = self.obs, self.frames, ~self.prev_done
         obs, true_reward, term, trunc, info = self.env.step(actions)
         actions = np.asarray(actions)
         ended = np.asarray(term, bool) | flags(info, "terminated_early", self.num_envs)
@@ -57,8 +59,11 @@ class LearnedReward(gym.vector.VectorWrapper):
             done,
             ended,
             absorbing,
+            frames_before,
         )
         self.obs, self.prev_done = obs, done
+        if "frame" in info:
+            self.frames = info["frame"]
         return obs, reward, term, trunc, info
 
 

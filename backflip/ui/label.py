@@ -8,8 +8,12 @@
                                                 the reward model's validation accuracy, and how
                                                 often the person agrees with the true reward
     GET  /label/<run>/<seed>/clip/<segment>.png a segment as a PNG sprite sheet (frames stacked)
-    POST /label/<run>/<seed>/api/answer         {"query", "choice": left|right|equal|skip, "person"}
-    POST /label/<run>/<seed>/api/undo           {"person"}: take back their last answer
+    POST /label/<run>/<seed>/api/answer         {"query", "choice": left|right|equal|skip, "person",
+                                                "answer_id"}: an answer sent twice is kept once
+    POST /label/<run>/<seed>/api/undo           {"person", "query", "anyway"}: take back their
+                                                answer to `query` (the page sends its last
+                                                ones, this sitting's only); one the reward model
+                                                trained on already is refused unless `anyway`
     POST /label/<run>/<seed>/api/end            {"person"}: end labeling; the run trains on with
                                                 the labels it has (recorded with who and when)
 
@@ -33,7 +37,7 @@ import numpy as np
 
 from backflip import jsonout
 from backflip.prefs import frames as frames_mod
-from backflip.prefs.db import CHOICES, PreferenceDB
+from backflip.prefs.db import CHOICES, AlreadyTrained, PreferenceDB
 from backflip.prefs.people import person_summary
 from backflip.returns import is_preference_run
 from backflip.runs.archive import pid_alive, read_record, run_dirs, seed_status
@@ -56,6 +60,7 @@ class SeedLabeling:
         shape = tuple(int(x) for x in meta.get("obs_shape", "").split(",") if x)
         self.to_frame = frames_mod.frame_fn(meta.get("env_id", ""), shape)
         self.segment_length = int(meta.get("segment_length", 1))
+        self.fps = float(meta.get("fps", 12))  # the clip's real speed, agent steps per second
         self.target = int(meta.get("labels_target", 0))
         self.task = meta.get("task", "")
         self.steps_total = int(read_record(run_dir)["config"]["steps"])
@@ -77,17 +82,36 @@ class SeedLabeling:
         )
         ended = self.ended()
         step = st.get("steps") or 0
-        if state == "running":
-            step = last_metrics_row(self.folder / METRICS)[0] or step
+        sps = None
+        if state in ("running", "waiting"):
+            last, row = last_metrics_row(self.folder / METRICS)
+            step = last or step
+            sps = row.get("time/sps")
         where = f"step {step:,} of {self.steps_total:,}"
+        # the run's ETA: a long phase's own (gathering clips, pretraining), else the steps left
+        # at the policy's pace (not while it waits for the person)
+        eta = st.get("eta_s") if st.get("phase") else None
+        if eta is None and state == "running" and sps and not st.get("phase"):
+            eta = max(0, self.steps_total - step) / sps
         if gone:
             state, text = "stopped", f"stopped: the trainer's process ({st.get('pid')}) is gone"
+            eta = None
         elif ended:
             text = f"labeling ended by {ended['by'] or 'someone'}: the run trains on ({where})"
+        elif state == "waiting" and step == 0:
+            n = st.get("labels_needed")
+            text = (
+                f"waiting for your first labels: {n} more before the policy starts "
+                f"(then {self.steps_total:,} steps)"
+            )
         elif state == "waiting":
             text = f"{status_text(st).replace('waiting for', 'waiting for you: give')} to go on ({where})"
+        elif state == "running" and st.get("phase"):
+            text = f"{status_text(st)}: before the policy trains ({where})"
         elif state == "running":
             text = f"training ({where}); your answers are used as they arrive"
+        elif state == "finished":
+            text = "finished: answers are no longer used"
         else:
             text = f"{state}: answers are no longer used"
         accepts = state in ("running", "waiting") and not gone and not ended
@@ -98,6 +122,8 @@ class SeedLabeling:
             "step": step,
             "steps_total": self.steps_total,
             "labels_needed": st.get("labels_needed"),
+            "phase": st.get("phase"),
+            "eta_s": eta,
         }
 
     def ended(self) -> dict | None:
@@ -162,23 +188,42 @@ class SeedLabeling:
             "val_acc": float(val_acc) if val_acc is not None else None,
             "ended": self.ended(),
             "segment_length": self.segment_length,
+            "fps": self.fps,
         }
 
-    def answer(self, person: str, query: int, choice: str) -> None:
+    def answer(self, person: str, query: int, choice: str, answer_id: str | None = None) -> None:
         with self.lock:
             shown = self.shown.pop((person, query), None)
             self.viewing.pop(query, None)
-        self.db.answer(query, choice, person, shown_at=shown)
+        self.db.answer(query, choice, person, shown_at=shown, answer_id=answer_id)
+
+    def undo(self, person: str, query: int | None, anyway: bool = False) -> dict:
+        """Take back `person`'s answer to `query` (the page keeps the last few of this sitting):
+        refused, saying so, when the reward model has trained on it already, unless `anyway`."""
+        trained = self.db.meta().get("trained_at")
+        try:
+            undone = self.db.undo(
+                person, query, None if anyway or trained is None else float(trained)
+            )
+        except AlreadyTrained as e:
+            return {"undone": None, "trained": e.query}
+        return {"undone": undone, "trained": None}
 
     def end(self, person: str) -> None:
         if self.ended() is None:
             self.db.set_meta(labels_ended_at=time.time(), labels_ended_by=person)
 
     def clip(self, seg_id: int) -> bytes:
+        """A clip as one PNG, its frames stacked top to bottom: the env's own rendered frames
+        where the run recorded them (a person labels it), else frames drawn from the stored
+        observations (`prefs/frames.py`)."""
         with self.lock:
             if seg_id not in self.clips:
-                seg = self.db.segment(seg_id)
-                self.clips[seg_id] = frames_mod.png(np.stack([self.to_frame(o) for o in seg.obs]))
+                rendered = self.db.clip(seg_id)
+                if rendered is None:
+                    seg = self.db.segment(seg_id)
+                    rendered = frames_mod.png(np.stack([self.to_frame(o) for o in seg.obs]))
+                self.clips[seg_id] = rendered
                 if len(self.clips) > 200:
                     self.clips.pop(next(iter(self.clips)))
             return self.clips[seg_id]
@@ -285,8 +330,11 @@ def blueprint(home: Path, page, run_dir_of):
         choice = data.get("choice")
         if choice not in CHOICES:
             return reply({"error": f"choice must be one of {', '.join(CHOICES)}"}, 400)
+        answer_id = data.get("answer_id")
+        if answer_id is not None and (not isinstance(answer_id, str) or len(answer_id) > 64):
+            return reply({"error": "answer_id must be text of at most 64 characters"}, 400)
         try:
-            s.answer(person, int(data.get("query")), choice)
+            s.answer(person, int(data.get("query")), choice, answer_id)
         except (KeyError, TypeError, ValueError) as e:
             return reply({"error": str(e).strip("'\"")}, 409)
         return reply(s.state(person))
@@ -297,7 +345,10 @@ def blueprint(home: Path, page, run_dir_of):
         person = person_of(data.get("person"))
         if (why := s.refusal()) is not None:
             return reply({"error": why}, 409)
-        return reply({**s.state(person), "undone": s.db.undo(person)})
+        query = data.get("query")
+        if query is not None and (isinstance(query, bool) or not isinstance(query, int)):
+            return reply({"error": "query must be a whole number"}, 400)
+        return reply({**s.state(person), **s.undo(person, query, bool(data.get("anyway")))})
 
     @bp.post("/<run_id>/<int:seed>/api/end")
     def api_end(run_id, seed):
