@@ -94,6 +94,7 @@ class SeedRun:
         on_warning: Callable[[str], None] | None = None,
         append: bool = False,
         on_status: Callable[[str, dict], None] | None = None,
+        on_result: Callable[[dict], None] | None = None,
     ):
         self.cfg, self.seed = cfg, seed
         self.env_id, self.env_opts, self.steps = cfg.env_id, cfg.env, cfg.steps
@@ -106,6 +107,7 @@ class SeedRun:
         self.timed_out = False  # stopped by `max_wall_s`: finishes like the end of the budget
         self.result: dict = {}
         self._on_row, self._on_warning, self._on_status = on_row, on_warning, on_status
+        self._on_result = on_result
         # The training envs' hooks (`training_envs`): a wrapper of each env copy and wrappers of
         # the vector env, on every *training* env this seed makes (`make_vec`), never on the
         # evaluation envs: how a preference run has any algorithm train on a learned reward
@@ -195,6 +197,13 @@ class SeedRun:
         may recompute (`buffer.relabel`); `env_action` maps stored actions to what the env was
         given (e.g. [-1, 1] to the action bounds), which is what the reward model judges."""
         self.replay_buffers.append((buffer, env_action or (lambda a: a)))
+
+    def keep(self, **values) -> None:
+        """Add `values` to the seed's result now (status.json, `backflip show`), not only at its
+        end: what a preference run records when a person ends labeling early."""
+        self.result.update(values)
+        if self._on_result is not None:
+            self._on_result(values)
 
     def set_status(self, status: str, **detail) -> None:
         """Tell the launcher (status.json, progress line, UI) what the seed is doing when that is

@@ -192,6 +192,11 @@ def run_summary(record: dict) -> str:
     for s in record.get("seeds", []):
         if s.get("status") in ("failed", "interrupted", "missing", "unknown") and s.get("error"):
             lines.append(f"  seed {s['seed']} {s['status']}: {s['error']}")
+        if (ended := s.get("labels_ended_early")) is not None:
+            lines.append(
+                f"  seed {s['seed']}: labeling ended early by {ended.get('by') or 'someone'} at "
+                f"step {ended.get('step', 0):,}, with {ended.get('labels', 0):,} labels"
+            )
     sps = [s.get("sps") for s in record.get("seeds", []) if s.get("sps")]
     if sps:
         lines.append(f"steps/s per seed: {', '.join(fmt(x, 0) for x in sps)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import shlex
 
 import gymnasium as gym
@@ -260,3 +261,77 @@ def test_dataclass_replace_keeps_the_kind_consistent():
     cfg = resolve("ppo", "CartPole-v1", [0], 1000, kind="prefs")
     with pytest.raises(UserError):
         dataclasses.replace(cfg, prefs=None)
+
+
+def test_labels_asked_scale_with_the_budget_and_are_said_before_the_run(tmp_path):
+    cfg, notes = build(tmp_path, "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0",
+                       "--labeler", "human", "--steps", "20000")  # fmt: skip
+    assert cfg.prefs.labels == 50  # the preset's 500 for 2e5 steps
+    assert any("preset's 500 for 200,000 steps, scaled to 20,000 steps: 50" in n for n in notes)
+    line = next(n for n in notes if n.startswith("labels: 50 asked of a person"))
+    assert "25 before the policy starts" in line and "16,000 of its 20,000 steps" in line
+    given, _ = build(tmp_path, "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0",
+                     "--steps", "20000", "--labels", "300")  # fmt: skip
+    assert given.prefs.labels == 300  # what the person asked for is kept
+
+
+@pytest.mark.slow
+def test_a_stop_while_a_person_s_first_labels_are_awaited_keeps_them_and_resume_goes_on(home):
+    """SIGINT while the seed waits for its person's first labels: `interrupted` (not failed),
+    every answer kept; `backflip resume` asks only for the rest and the run finishes."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from backflip.prefs.db import PreferenceDB
+    from backflip.runs.archive import load_run
+    from tests.conftest import ROOT, cli_env
+
+    def start(*args):
+        return subprocess.Popen(
+            [sys.executable, "-m", "backflip", *args, "--no-progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(home),
+            cwd=ROOT, start_new_session=True,
+        )  # fmt: skip
+
+    def answer_pending(db, n):
+        given = 0
+        for qid, *_ in db.next_queries("scripted")[:n]:
+            db.answer(qid, "left", "scripted")
+            given += 1
+        return given
+
+    proc = start("prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labeler", "human",
+                 "--labels", "20", "--steps", "2048", "--set", "prefs.max_pending=3")  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not list(home.glob("*/seeds/0/prefs.sqlite")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    db_path = next(home.glob("*/seeds/0/prefs.sqlite"))
+    run_dir = db_path.parents[2]
+    db = PreferenceDB(db_path)
+    given = 0
+    while given < 4 and time.monotonic() < deadline:  # 4 of the 10 first labels
+        given += answer_pending(db, 4 - given)
+        time.sleep(0.1)
+    status = run_dir / "seeds" / "0" / "status.json"
+    while json.loads(status.read_text()).get("status") != "waiting":
+        assert time.monotonic() < deadline, "the seed never waited for its person"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole process group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    seed = load_run(run_dir)["seeds"][0]
+    assert seed["status"] == "interrupted", seed
+    assert db.answered() == 4  # every label given is kept
+    resume = start("resume", run_dir.name)
+    while resume.poll() is None:
+        answer_pending(db, 3)
+        assert time.monotonic() < deadline + 300, "the resumed run never finished"
+        time.sleep(0.05)
+    assert resume.returncode == 0, resume.stderr.read()
+    record = load_run(run_dir)
+    assert record["status"] == "finished"
+    assert db.counts()["labeled"] == 20 and db.answered() == 20  # asked only for the rest
+    db.close()

@@ -120,10 +120,56 @@ def build(args, home, notes: list[str] | None = None):
         cfg = resolved({k: v for k, (v, _) in derived.items()})
         if cfg.env != env_before:  # a time limit given: look at the episodes it makes
             facts = look(cfg.env_id, cfg.env)
+    elif "prefs.labels" not in {**file_values, **sets}:  # a preset's budget, scaled to --steps
+        scaled = scaled_labels(cfg)
+        if scaled is not None:
+            labels, preset_labels, preset_steps = scaled
+            sets["prefs.labels"] = labels
+            cfg = resolved()
+            if notes is not None:
+                notes.append(
+                    f"labels: the {cfg.prefs.preset} preset's {preset_labels:,} for "
+                    f"{preset_steps:,} steps, scaled to {cfg.steps:,} steps: {labels:,}"
+                )
     if args.seeds is None and args.seed_list is None:  # 5 for statistics; a person labels each
         args.seeds = 1 if cfg.prefs.labeler == "human" else DEFAULT_SEEDS
     cfg = dataclasses.replace(cfg, seeds=seeds_from(args))
     return fix_horizon(cfg, facts, notes)
+
+
+def scaled_labels(cfg) -> tuple[int, int, int] | None:
+    """(labels, the preset's labels, the preset's steps) when the run's budget differs from its
+    preset's: the labels asked for scale with the steps (a 2e4-step look at Pong asks 15, not
+    the 1,500 of its 2e6-step preset), at least 10; None when nothing changes."""
+    from backflip.prefs.presets import preset_for
+
+    preset = preset_for(cfg.env_id, cfg.prefs.preset)
+    policy = preset.get("policy", {}).get(cfg.algo, {})
+    steps = policy.get("steps") or preset.get("steps")
+    labels = {**preset.get("prefs", {}), **policy.get("prefs", {})}.get("labels")
+    if not steps or not labels or steps == cfg.steps or cfg.prefs.stage == "policy":
+        return None
+    return max(10, round(labels * cfg.steps / steps)), labels, steps
+
+
+def schedule_line(cfg) -> str:
+    """The labels the run will ask for and when, said before it starts (a person plans an
+    hour at the page by it)."""
+    p = cfg.prefs
+    if p.stage == "policy" or not p.labels:
+        return "labels: none asked (a frozen reward model)" if p.stage == "policy" else ""
+    first = p.labels if p.stage == "gather" else round(p.labels * p.initial_frac)
+    who = "a person" if p.labeler == "human" else f"the {p.labeler} labeler"
+    rest = (
+        ""
+        if p.stage == "gather"
+        else f", the other {p.labels - first:,} while the policy trains, all due by "
+        f"{round(p.label_until * cfg.steps):,} of its {cfg.steps:,} steps"
+    )
+    return (
+        f"labels: {p.labels:,} asked of {who}: {first:,} before the policy starts{rest} (the "
+        "paper asked ~5,500 over 10M Atari steps, 700 on MuJoCo)"
+    )
 
 
 def flag_values(args, stage: str, source, frozen) -> dict[str, object]:
@@ -178,6 +224,8 @@ def fix_horizon(cfg, facts, notes: list[str] | None):
     check_cnns(cfg, facts.obs_shape)  # before --list-keys, as execute() checks it again
     if notes is not None and pcfg.stage != "pretrain":
         notes.append(horizon_line(facts, treatment, horizon or 0, pcfg.absorb_steps))
+        if line := schedule_line(cfg):
+            notes.append(line)
     prefs = dataclasses.replace(pcfg, horizon=treatment)
     return dataclasses.replace(cfg, prefs=prefs)
 

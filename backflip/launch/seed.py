@@ -45,6 +45,7 @@ from backflip.summary import status_text
 from backflip.telemetry import truncate_logs
 
 PROGRESS_EVERY_S = 0.5
+STATUS_EVERY_S = 5.0  # a running seed's step goes to its status.json at most this often
 
 
 @contextlib.contextmanager
@@ -108,6 +109,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
     t0 = time.perf_counter()
     run = None
     last_sent = [0.0]
+    last_saved = [time.monotonic()]
     ending = [False]  # set before the handlers are reset: a pending one runs during the reset
     poll_stop = getattr(conn, "stop_requested", None)
 
@@ -119,6 +121,10 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
                 pass
 
     def on_row(step, row):
+        if time.monotonic() - last_saved[0] > STATUS_EVERY_S:  # `show` reads the live step
+            last_saved[0] = time.monotonic()
+            status["steps"] = int(step)
+            write_json(folder / STATUS, status, reserve=STATUS_RESERVE)
         if time.monotonic() - last_sent[0] > PROGRESS_EVERY_S:
             last_sent[0] = time.monotonic()
             ret = row.get(TRUE_RETURN, row.get(TRAINING_RETURN))  # a preference run: the task's
@@ -131,6 +137,10 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         send("warning", job.seed, message)
 
     detail_keys: set[str] = set()
+
+    def on_result(values):  # something the seed's outcome will say, recorded now
+        status.update(values)
+        write_json(folder / STATUS, status, reserve=STATUS_RESERVE)
 
     def on_status(state, detail):  # e.g. a preference run waiting for its person
         for key in detail_keys - detail.keys() - {"steps"}:
@@ -152,6 +162,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
             on_warning=on_warning,
             append=job.append,
             on_status=on_status,
+            on_result=on_result,
         )
         if cfg.doctor.live:
             run.monitors.append(LiveDoctor(cfg))

@@ -586,7 +586,7 @@ class Pipeline:
                     "by": meta.get("labels_ended_by", ""),
                     "at": float(meta["labels_ended_at"]),
                 }
-                self.run.result["labels_ended_early"] = self.ended
+                self.run.keep(labels_ended_early=self.ended)
         return self.ended is not None
 
     def ask(self, n: int) -> int:
