@@ -270,6 +270,9 @@ class PrefsConfig:
     teacher_equal: float | None = None
     """synthetic labeler: ε_equal >= 0, "equally good" when the returns differ by less than
     ε_equal times an average segment's; unset: 0, or bpref-equal's 0.1"""
+    teacher_from: str = ""
+    """synthetic labeler: where its teacher_* were fitted (`--labeler fitted:RUN[/PERSON]`: a
+    simulated copy of a person who labeled RUN, `backflip prefs fit-teacher`); a record only"""
     max_pending: int = 20
     """human labeler: unanswered queries kept ready in the database"""
     max_debt: int = 0
@@ -571,7 +574,13 @@ ALGO_DOMAINS: dict[tuple[str, str], Domain] = {
     ("cem", "hidden"): Domain(sizes=True),  # empty: a linear policy
 }
 # settings whose values the type alone bounds (booleans, device names checked in RunOptions)
-UNBOUNDED = {"device", "prefs.task", "prefs.import_from", "prefs.reward_model"}  # free text
+UNBOUNDED = {  # free text
+    "device",
+    "prefs.task",
+    "prefs.import_from",
+    "prefs.reward_model",
+    "prefs.teacher_from",
+}
 
 # --- run inputs that are not settings: the budget, seeds and tags
 STEPS = Domain(1, MAX_INT)

@@ -335,3 +335,55 @@ def test_a_stop_while_a_person_s_first_labels_are_awaited_keeps_them_and_resume_
     assert record["status"] == "finished"
     assert db.counts()["labeled"] == 20 and db.answered() == 20  # asked only for the rest
     db.close()
+
+
+@pytest.mark.slow
+def test_a_person_then_a_copy_of_them(home, cli):
+    """A person labels (here a scripted one: the higher true return, 10% mistakes, as Ibarz et
+    al.'s people), `--labeler fitted:RUN` then runs with a simulated copy of them."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from backflip.prefs.db import PreferenceDB
+    from tests.conftest import ROOT, cli_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backflip", "prefs", "gather", "--env", "Pendulum-v1",
+         "--labeler", "human", "--labels", "120", "--set", "prefs.task=swing up",
+         "--set", "prefs.max_pending=20", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(home), cwd=ROOT,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    deadline = time.monotonic() + 300
+    while not list(home.glob("*/seeds/0/prefs.sqlite")):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    db = PreferenceDB(next(home.glob("*/seeds/0/prefs.sqlite")))
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, "the person's run never finished"
+        for qid, left, right in db.next_queries("pat"):
+            better = db.segment(left).true_return > db.segment(right).true_return
+            if rng.random() < 0.1:
+                better = not better
+            db.answer(qid, "left" if better else "right", "pat")
+        time.sleep(0.05)
+    assert proc.returncode == 0, proc.stderr.read()
+    run_id = next(home.glob("*/seeds/0/prefs.sqlite")).parents[2].name
+    db.close()
+    out = cli("prefs", "train", "ppo", "--env", "Pendulum-v1", "--labeler", f"fitted:{run_id}",
+              "--list-keys").stdout  # fmt: skip
+    keys = dict(
+        line.strip().split("  (")[0].split("=", 1)
+        for line in out.splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    assert keys["prefs.labeler"] == "synthetic"
+    assert keys["prefs.teacher_from"] == f"{run_id}/pat"
+    assert 0.03 <= float(keys["prefs.teacher_mistake"]) <= 0.2  # ~10% mistakes, fitted
+    assert f"a simulated copy of pat (fitted on run {run_id})" in out
+    bad = cli("prefs", "train", "ppo", "--env", "Pendulum-v1", "--labeler",
+              f"fitted:{run_id}/nobody", check=False)  # fmt: skip
+    assert bad.returncode == 2 and "no answers of a person named 'nobody'" in bad.stderr
+    json.dumps(keys)

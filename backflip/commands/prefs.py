@@ -51,9 +51,11 @@ def _common(p) -> None:
     p.add_argument(
         "--labeler",
         metavar="LABELER",
-        help="synthetic (default: the oracle on the true reward), human (the labeling page), or "
+        help="synthetic (default: the oracle on the true reward), human (the labeling page), "
         "one of B-Pref's simulated teachers: bpref-oracle, bpref-stoc, bpref-mistake, "
-        "bpref-skip, bpref-equal, bpref-myopic (prefs.teacher_* adjust them)",
+        "bpref-skip, bpref-equal, bpref-myopic (prefs.teacher_* adjust them), or fitted:RUN "
+        "[/PERSON]: a simulated copy of a person who labeled RUN (their β, ε, γ fitted by "
+        "`prefs fit-teacher`)",
     )
     p.add_argument("--labels", type=int, metavar="N", help="labels to ask for in all (the cap)")
     p.add_argument(
@@ -101,7 +103,7 @@ def build(args, home, notes: list[str] | None = None):
             raise UserError("prefs pretrain needs --prefs FROM_RUN (the labels to fit)")
         env = env or load_run(source)["config"]["env_id"]
     file_values = load_config_file(args.config) if args.config else {}
-    sets = {**parse_sets(args.sets), **flag_values(args, stage, source, frozen)}
+    sets = {**parse_sets(args.sets), **flag_values(args, stage, source, frozen, home)}
     if frozen is not None and "prefs.labels" not in {**file_values, **sets}:
         sets["prefs.labels"] = 0  # a preset's label budget is not asked of a frozen model
     start = [args.seed_start] if args.seed_list is None else seeds_from(args)
@@ -160,6 +162,9 @@ def schedule_line(cfg) -> str:
         return "labels: none asked (a frozen reward model)" if p.stage == "policy" else ""
     first = p.labels if p.stage == "gather" else round(p.labels * p.initial_frac)
     who = "a person" if p.labeler == "human" else f"the {p.labeler} labeler"
+    if p.teacher_from:
+        person = p.teacher_from.partition("/")[2]
+        who = f"a simulated copy of {person} (fitted on run {p.teacher_from.partition('/')[0]})"
     rest = (
         ""
         if p.stage == "gather"
@@ -172,7 +177,39 @@ def schedule_line(cfg) -> str:
     )
 
 
-def flag_values(args, stage: str, source, frozen) -> dict[str, object]:
+def fitted_teacher(home, ref: str) -> dict[str, object]:
+    """`--labeler fitted:RUN[/PERSON]`: the settings of a synthetic labeler that answers as
+    PERSON (default: the first person) answered RUN, fitted as a B-Pref teacher (β, ε, and γ
+    where it differs from 1: `prefs/teacher_fit.py`), and where they come from."""
+    from backflip.prefs.db import preference_seeds
+    from backflip.prefs.teacher_fit import fit_run
+    from backflip.runs.archive import load_run
+    from backflip.runs.index import resolve_run
+
+    run_ref, _, who = ref.partition("/")
+    if not run_ref:
+        raise UserError("--labeler fitted:RUN[/PERSON] needs a run whose person labeled it")
+    run_dir = resolve_run(home, run_ref)
+    record = load_run(run_dir)
+    fits = [
+        f
+        for f in fit_run(run_dir, preference_seeds(record))
+        if f["kind"] == "person" and (not who or f["who"] == who)
+    ]
+    if not fits:
+        people = "a person" if not who else f"a person named {who!r}"
+        raise UserError(f"run {record['id']} has no answers of {people} to fit")
+    fit = fits[0]
+    if "reason" in fit:
+        raise UserError(f"cannot fit {fit['who']} on run {record['id']}: {fit['reason']}")
+    return {
+        "prefs.labeler": "synthetic",
+        **{f"prefs.{k}": v for k, v in fit["simulate"].items()},
+        "prefs.teacher_from": f"{record['id']}/{fit['who']}",
+    }
+
+
+def flag_values(args, stage: str, source, frozen, home=None) -> dict[str, object]:
     """The command's shortcuts as the settings they stand for (above --set)."""
     out: dict[str, object] = {"prefs.stage": "policy" if frozen is not None else stage}
     if getattr(args, "preset", None):
@@ -180,6 +217,8 @@ def flag_values(args, stage: str, source, frozen) -> dict[str, object]:
     for flag in ("labeler", "labels"):
         if getattr(args, flag, None) is not None:
             out[f"prefs.{flag}"] = getattr(args, flag)
+    if str(out.get("prefs.labeler", "")).startswith("fitted:"):
+        out.update(fitted_teacher(home, str(out["prefs.labeler"])[7:]))
     if source is not None:
         out["prefs.import_from"] = str(source.resolve())
     if frozen is not None:
