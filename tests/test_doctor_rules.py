@@ -545,3 +545,26 @@ def test_the_horizon_rules_name_survival_bias_and_its_mirror():
     assert biased(0.95, 0.1, learning_returns()).severity == "warning"  # the task improved
     assert biased(0.95, 0.8, flat_returns()) is None  # the model tracks the true reward
     assert biased(0.3, 0.1, flat_returns()) is None  # length says little
+
+
+def test_labels_that_say_nothing_are_named():
+    labels = np.linspace(100, 500, N)
+    acrobot = data(
+        prefs__labels=labels,
+        prefs__labels_equal=labels * 0.98,
+        prefs__true_return_mean=flat_returns(),
+    )
+    acrobot.learned_reward = True
+    f = fired(acrobot)["labels-uninformative"]
+    assert f.severity == "warning" and "98%" in f.message
+    healthy = data(prefs__labels=labels, prefs__labels_equal=labels * 0.3)
+    assert "labels-uninformative" not in fired(healthy)
+    solved = data(
+        prefs__labels=labels,
+        prefs__labels_equal=labels * 0.95,
+        prefs__true_return_mean=learning_returns(),
+    )
+    solved.learned_reward = True
+    assert "labels-uninformative" not in fired(solved)  # alike because all do the task
+    few = data(prefs__labels=np.full(N, 20.0), prefs__labels_equal=np.full(N, 20.0))
+    assert "labels-uninformative" not in fired(few)

@@ -1840,6 +1840,43 @@ def labels_one_sided(d: RunData):
     )
 
 
+@rule(
+    "labels-uninformative",
+    entry="20",
+    reads=("prefs/labels", "prefs/labels_equal"),
+    threshold="at the last row: >= 50 labels, >= 80% of them 'equally good' (0.5), and the true "
+    "return did not improve (a policy that does the task well is shown clips alike too)",
+    cause="the clips asked about never differ in what the task rewards: a sparse reward that "
+    "neither the random policy nor the policy reached (Acrobot's goal, CliffWalking's far "
+    "corner), so the reward model learns nothing and the policy follows its noise; or a "
+    "labeler who cannot tell the clips apart",
+    check_next="prefs/labeled_gains and labeled_losses; exploration that reaches the reward "
+    "(an entropy bonus, more random clips: prefs.random_envs, prefs.initial_frac); a denser "
+    "task, or a person who can say which clip came nearer",
+    source="Christiano et al. 2017 (labels carry information only where clips differ); "
+    "docs/preferences.md",
+)
+def labels_uninformative(d: RunData):
+    labels, equal = d.get("prefs/labels"), d.get("prefs/labels_equal")
+    if labels is None or equal is None:
+        return None
+    (steps, n), (_, e) = finite(labels), finite(equal)
+    if not len(n) or not len(e) or n[-1] < 50:
+        return None
+    share = float(e[-1]) / float(n[-1])
+    true = progress(d) if d.learned_reward else None
+    if share < 0.8 or (true is not None and true.improved):
+        return None
+    return Hit(
+        "warning",
+        f"{int(e[-1]):,} of {int(n[-1]):,} labels were 'equally good' ({share:.0%}): the clips "
+        "shown hardly ever differed in what the task rewards",
+        metric="prefs/labels_equal",
+        step=int(steps[-1]),
+        evidence={"labels": float(n[-1]), "equal": float(e[-1]), "share": share},
+    )
+
+
 KOSTRIKOV = "Kostrikov et al. 2019, 'Discriminator-Actor-Critic' (absorbing states)"
 
 
