@@ -100,6 +100,12 @@ def add_format(parser, help: str | None = None) -> None:
 
 def add_backend(parser) -> None:
     parser.add_argument(
+        "--inline",
+        action="store_true",
+        help="run the seeds in this process, one after another: prints and breakpoint() in "
+        "an algorithm reach this terminal (the same archive and numbers as a normal run)",
+    )
+    parser.add_argument(
         "--backend",
         choices=["local", "ray", "slurm"],
         default="local",
@@ -119,6 +125,17 @@ def add_backend(parser) -> None:
         help="with --backend slurm: a submitit parameter (repeatable), e.g. partition=dev, "
         "timeout_min=120, mem_gb=4; cluster=local runs the tasks on this machine",
     )
+
+
+def backend_of(args) -> str:
+    """The backend `--backend` and `--inline` ask for (one line when they clash)."""
+    from backflip.errors import UserError
+
+    if getattr(args, "inline", False):
+        if args.backend != "local":
+            raise UserError(f"--inline runs the seeds here: drop --backend {args.backend}")
+        return "inline"
+    return args.backend
 
 
 def backend_address(args) -> str | dict | None:

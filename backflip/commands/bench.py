@@ -12,6 +12,7 @@ from backflip.commands import (
     add_sets,
     add_workers,
     backend_address,
+    backend_of,
     print_json,
 )
 from backflip.commands.train import check_backend
@@ -71,7 +72,7 @@ def run(args) -> int:
 
     if args.seeds < 2:
         raise UserError("--seeds must be at least 2")
-    check_backend(args.backend, backend_address(args))
+    check_backend(backend_of(args), backend_address(args))
     plot = figure_path(args.plot, args.format) if args.plot else None  # a bad name: before runs
     docs = check_docs(args.docs, parse_sets(args.sets)) if args.docs else None
     home = home_dir(args.home, create=True)
@@ -83,7 +84,7 @@ def run(args) -> int:
         overrides=parse_sets(args.sets),
         workers=args.workers,
         progress=not args.no_progress and not args.json,
-        backend=args.backend,
+        backend=backend_of(args),
         address=backend_address(args),
     )
     if not args.no_plot and any(a["summary"].get("n") for a in battery["across_envs"]["algos"]):

@@ -8,6 +8,7 @@ from backflip.commands import (
     add_home,
     add_workers,
     backend_address,
+    backend_of,
     print_json,
 )
 from backflip.commands.train import check_backend
@@ -90,7 +91,7 @@ def run_run(args) -> int:
     from backflip.plots import figure_path
     from backflip.runs.archive import home_dir
 
-    check_backend(args.backend, backend_address(args))
+    check_backend(backend_of(args), backend_address(args))
     if args.plot:
         figure_path(args.plot, args.format)  # a bad file name is refused before anything runs
     home = home_dir(args.home, create=True)
@@ -99,7 +100,7 @@ def run_run(args) -> int:
         args.file,
         args.workers,
         not args.no_progress and not args.json,
-        args.backend,
+        backend_of(args),
         backend_address(args),
     )
     line = draw(home, reg, args)

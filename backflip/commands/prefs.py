@@ -75,6 +75,12 @@ def _common(p) -> None:
     )
     p.add_argument("--steps", type=_steps, metavar="N", help="agent steps per seed")
     add_workers(p)
+    p.add_argument(
+        "--inline",
+        action="store_true",
+        help="run the seeds in this process, one after another (prints and breakpoint() reach "
+        "this terminal)",
+    )
     add_sets(p, "override a setting; prefs.KEY for the pipeline (see --list-keys)")
     p.add_argument("--config", metavar="FILE", help="YAML or TOML file of settings")
     p.add_argument("-m", "--message", default="")
@@ -340,4 +346,5 @@ def run(args) -> int:
         as_json=args.json,
         notes=notes,
         on_created=where_to_label,
+        backend="inline" if args.inline else "local",
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home, add_workers, backend_address
+from backflip.commands import add_backend, add_home, add_workers, backend_address, backend_of
 from backflip.commands.train import execute
 
 # the library is imported inside functions: `backflip --help` imports every command module
@@ -45,6 +45,6 @@ def run(args) -> int:
         tags=original.get("tags"),
         as_json=args.json,
         notes=original.get("notes"),
-        backend=args.backend,
+        backend=backend_of(args),
         address=backend_address(args),
     )

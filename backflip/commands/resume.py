@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home, add_workers, backend_address, print_json
+from backflip.commands import (
+    add_backend,
+    add_home,
+    add_workers,
+    backend_address,
+    backend_of,
+    print_json,
+)
 
 # the library is imported inside functions: `backflip --help` imports every command module
 
@@ -53,7 +60,7 @@ def run(args) -> int:
         run_dir,
         args.workers,
         not args.no_progress and not args.json,
-        backend=args.backend,
+        backend=backend_of(args),
         address=backend_address(args),
         on_plan=announce,
     )

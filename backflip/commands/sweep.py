@@ -11,6 +11,7 @@ from backflip.commands import (
     add_sets,
     add_workers,
     backend_address,
+    backend_of,
     print_json,
 )
 from backflip.commands.train import _steps, add_seed_args, check_backend, seeds_from
@@ -70,7 +71,7 @@ def launch_study(args, kind: str, make_variants) -> int:
     seeds = seeds_from(args)
     base = resolve(args.algo, args.env, seeds, args.steps, file_values, sets)
     check_supported(base.algo, spec.action_spaces, base.env_id, base.env)
-    check_backend(args.backend, backend_address(args))
+    check_backend(backend_of(args), backend_address(args))
     variants, skipped = make_variants(spec, base, file_values, sets, seeds)
     if not variants:
         from backflip.errors import UserError
@@ -91,7 +92,7 @@ def launch_study(args, kind: str, make_variants) -> int:
         variants,
         args.workers,
         not args.no_progress and not args.json,
-        args.backend,
+        backend_of(args),
         backend_address(args),
     )
     study["skipped"] = skipped

@@ -13,6 +13,7 @@ from backflip.commands import (
     add_sets,
     add_workers,
     backend_address,
+    backend_of,
     print_json,
 )
 from backflip.errors import UserError
@@ -119,7 +120,7 @@ def run(args) -> int:
         not args.no_progress,
         tags=args.tag,
         as_json=args.json,
-        backend=args.backend,
+        backend=backend_of(args),
         address=backend_address(args),
         surprise=args.surprise,
         ask=not args.no_ask,
@@ -195,7 +196,7 @@ def execute(
         list(argv),
         message,
         workers,
-        progress and not as_json,
+        progress and not as_json and backend != "inline",  # a live display would garble pdb
         rerun_of=rerun_of,
         tags=tags,
         on_created=created,

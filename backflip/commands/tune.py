@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from backflip.commands import add_backend, add_home, add_sets, backend_address, print_json, workers
+from backflip.commands import (
+    add_backend,
+    add_home,
+    add_sets,
+    backend_address,
+    backend_of,
+    print_json,
+    workers,
+)
 from backflip.commands.train import _steps, add_seed_args, check_backend, seeds_from
 from backflip.config import parse_sets
 
@@ -72,7 +80,7 @@ def run(args) -> int:
     from backflip.runs.archive import home_dir
 
     address = backend_address(args)
-    check_backend(args.backend, address)
+    check_backend(backend_of(args), address)
     quiet = args.json
     summary = run_worker(
         home_dir(args.home, create=True),
@@ -88,7 +96,7 @@ def run(args) -> int:
         prune=not args.no_prune,
         plan_seeds=args.plan_seeds,
         workers=args.workers,
-        backend=args.backend,
+        backend=backend_of(args),
         address=address,
         progress=not args.no_progress and not quiet,
         argv=sys.argv,

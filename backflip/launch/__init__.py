@@ -4,9 +4,11 @@
 with its provenance), turns every seed of every run into a `SeedJob`, and runs the jobs at most
 `workers` at once (`run_jobs`) while showing their progress (`display.py`); then it records each
 run's outcome and the doctor's findings. A job is one seed of one run, so a sweep's runs share one
-pool. The jobs run as local processes (`local.py`), as Ray tasks (`ray.py`, `--backend ray`) or
-as Slurm jobs through submitit (`slurm.py`, `--backend slurm`); every way each seed is
-`seed.run_seed`, which writes the same files into the same run directory.
+pool. The jobs run as local processes (`local.py`), in the command's own process one after
+another (`inline.py`, `--inline`: prints and `breakpoint()` reach the terminal), as Ray tasks
+(`ray.py`, `--backend ray`) or as Slurm jobs through submitit (`slurm.py`, `--backend slurm`);
+every way each seed is `seed.train_one` (through `seed.run_seed`), which writes the same files
+into the same run directory.
 
 The backends share one signature, `run_jobs_X(jobs, workers, display, address, should_stop)`
 -> {job index: final status}: `address` is where the seeds go (a Ray cluster's address; for
@@ -28,6 +30,7 @@ from backflip.config import check_tags
 from backflip.envs import episode_limit, module_paths
 from backflip.errors import UserError
 from backflip.launch.display import Display
+from backflip.launch.inline import run_jobs_inline
 from backflip.launch.job import SeedJob, mark_not_started
 from backflip.launch.local import run_jobs_local, start_server
 from backflip.launch.ray import run_jobs_ray
@@ -35,7 +38,12 @@ from backflip.launch.slurm import run_jobs_slurm
 from backflip.runs.archive import is_enospc
 from backflip.runs.records import create_run, finalize_run
 
-BACKENDS = {"local": run_jobs_local, "ray": run_jobs_ray, "slurm": run_jobs_slurm}
+BACKENDS = {
+    "local": run_jobs_local,
+    "inline": run_jobs_inline,
+    "ray": run_jobs_ray,
+    "slurm": run_jobs_slurm,
+}
 
 
 def prepare(backend: str = "local") -> None:

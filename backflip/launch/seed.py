@@ -75,19 +75,48 @@ def redirected_output(folder: Path, append: bool):
 
 
 def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
-    """Train one seed and record its outcome; the entry point of a seed process.
-
-    `conn` receives progress messages (`conn.send(tuple)`); if it has `stop_requested()`, that is
-    polled with the progress (how the Ray backend asks a seed to stop at an iteration boundary).
-    """
-    torch.set_num_threads(1)
+    """A launcher's job (`SeedJob`) as `train_one`: what every backend calls in the process it
+    chose for the seed (a fork of the warm server, a Ray worker, a Slurm job, or the command's
+    own process with `--inline`)."""
     for path in job.import_paths:  # where the launcher found the run's env module
         if path not in sys.path:
             sys.path.append(path)
-    folder = seed_dir(Path(job.run_dir), job.seed)
+    return train_one(
+        job.config,
+        job.seed,
+        seed_dir(Path(job.run_dir), job.seed),
+        resume_from=job.resume_from,
+        append=job.append,
+        conn=conn,
+        handle_signals=handle_signals,
+    )
+
+
+def train_one(
+    config: TrainConfig | dict,
+    seed: int,
+    out_dir: str | Path,
+    *,
+    resume_from: str | None = None,
+    append: bool = False,
+    conn=None,
+    handle_signals: bool = True,
+) -> dict:
+    """Train one seed of `config` in this process and record its outcome in `out_dir` (the
+    seed's folder): algorithm, telemetry, the live doctor, checkpoints (`resume_from`: continue
+    from one), its status.json whatever happens. Returns that status.
+
+    Which process it runs in, its stdout and its process group are the caller's (the
+    backends'); the seed only sets one torch thread. `conn` receives progress messages
+    (`conn.send(tuple)`); if it has `stop_requested()`, that is polled with the progress (how
+    the Ray backend asks a seed to stop at an iteration boundary). With `handle_signals`,
+    SIGINT and SIGTERM stop it at the next iteration boundary (a second one at once).
+    """
+    torch.set_num_threads(1)
+    folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     status = {
-        "seed": job.seed,
+        "seed": seed,
         "status": "running",
         "pid": os.getpid(),
         "host": socket.gethostname(),  # whether `pid` can be checked from here (the label page)
@@ -95,9 +124,10 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         "steps": 0,
     }
     checkpoint = None
+    cfg_dict = config if isinstance(config, dict) else config.to_dict()
     before = {"wall_s": 0.0, "cpu_s": 0.0}  # a resumed seed's time so far: its totals go on
-    if job.resume_from:
-        checkpoint = torch.load(job.resume_from, map_location="cpu", weights_only=False)
+    if resume_from:
+        checkpoint = torch.load(resume_from, map_location="cpu", weights_only=False)
         status["resumed_from_step"] = status["steps"] = int(checkpoint["step"])
         with contextlib.suppress(Exception):
             previous = read_json(folder / STATUS)
@@ -128,13 +158,13 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         if time.monotonic() - last_sent[0] > PROGRESS_EVERY_S:
             last_sent[0] = time.monotonic()
             ret = row.get(TRUE_RETURN, row.get(TRAINING_RETURN))  # a preference run: the task's
-            send("progress", job.seed, step, row.get("time/sps"), ret)
+            send("progress", seed, step, row.get("time/sps"), ret)
             if poll_stop is not None and poll_stop():
                 run.stopping = True
 
     def on_warning(message):
         print(f"[doctor] {message}", file=sys.stderr, flush=True)
-        send("warning", job.seed, message)
+        send("warning", seed, message)
 
     detail_keys: set[str] = set()
 
@@ -149,18 +179,19 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
         detail_keys.update(detail)
         status.update(detail, status=state)
         write_json(folder / STATUS, status, reserve=STATUS_RESERVE)
-        send("status", job.seed, status_text(status))
+        send("status", seed, status_text(status))
 
     try:
-        cfg = TrainConfig.from_dict(job.config)
+        cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(config)
+        cfg_dict = cfg.to_dict()
         spec = get_algo(cfg.algo)
         run = SeedRun(
             cfg,
-            job.seed,
+            seed,
             folder,
             on_row=on_row,
             on_warning=on_warning,
-            append=job.append,
+            append=append,
             on_status=on_status,
             on_result=on_result,
         )
@@ -212,7 +243,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
             # from the lines it printed during training
             for monitor in run.monitors:
                 if hasattr(monitor, "final") and status["status"] != "failed":
-                    for line in monitor.final(folder, job.config):
+                    for line in monitor.final(folder, cfg_dict):
                         on_warning(line)
             status["steps"] = getattr(run, "step", 0)
             status.update({k: v for k, v in run.result.items() if k != "eval_returns"})
@@ -234,7 +265,7 @@ def run_seed(job: SeedJob, conn=None, handle_signals: bool = True) -> dict:
                 (folder / TRACEBACK).write_text(status["traceback"])
             except OSError:  # a full disk: status.json and stderr.log have it
                 (folder / TRACEBACK).unlink(missing_ok=True)
-        send("done", job.seed, status)
+        send("done", seed, status)
     return status
 
 
