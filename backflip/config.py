@@ -446,7 +446,8 @@ ANY = Domain()  # any finite number
 POSITIVE, NON_NEGATIVE, COUNT = above(0), at_least(0), at_least(1)
 UNIT = Domain(0, 1)  # [0, 1]
 DISCOUNT = Domain(0, 1, low_open=True)  # (0, 1]
-LR = above(0, usual_max=1)
+# a learning rate below 1e-10 moves no float32 weight: a typo, refused (above 1: a warning)
+LR = Domain(1e-10, usual_max=1)
 SIZES = Domain(min_len=1, sizes=True)
 ACTIVATIONS = Domain(choices=("tanh", "relu", "elu", "leaky_relu"))
 CNNS = ("auto", "nature", "keypoints", "small")  # the policy's image encoders (nets.encoder)
@@ -466,7 +467,7 @@ DOMAINS: dict[str, Domain] = {
     "lr": LR,
     "pi_lr": LR,
     "vf_lr": LR,
-    "clip": NON_NEGATIVE,
+    "clip": POSITIVE,  # 0 would clip every ratio to 1: no policy update at all
     "vf_coef": NON_NEGATIVE,
     "ent_coef": Domain(usual_min=0),  # < 0 penalizes exploration: the doctor's collapse test
     "max_grad_norm": NON_NEGATIVE,

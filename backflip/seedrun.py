@@ -112,6 +112,7 @@ class SeedRun:
         # the vector env, on every *training* env this seed makes (`make_vec`), never on the
         # evaluation envs: how a preference run has any algorithm train on a learned reward
         # with a fixed horizon.
+        self._checked_envs: list[FiniteObservations] = []
         self._copy_wrapper: Callable | None = None
         self._vec_wrappers: list[Callable] = []
         self._render_mode: str | None = None
@@ -189,8 +190,15 @@ class SeedRun:
         """With doctor.stop_on_nan, a NaN or infinite observation stops the seed at once, naming
         the env copy and the element, before the network turns it into a torch error."""
         if self.cfg.doctor.stop_on_nan and FiniteObservations.applies(envs):
-            return FiniteObservations(envs)
+            envs = FiniteObservations(envs)
+            self._checked_envs.append(envs)
         return envs
+
+    @property
+    def nonfinite_reward(self) -> tuple[int, int, float] | None:
+        """The first non-finite reward any of this seed's checked envs gave: (env step, env
+        copy, value), or None."""
+        return next((e.bad_reward for e in self._checked_envs if e.bad_reward), None)
 
     def register_replay(self, buffer, env_action: Callable | None = None) -> None:
         """An off-policy algorithm's replay buffer, whose stored rewards a learned reward model

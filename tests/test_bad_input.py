@@ -299,9 +299,11 @@ def test_bad_seed_lists(stub_launch, seed_list, words):
         ("vf_coef=-1", "vf_coef must be >= 0, got -1"),
         ("hidden=0", "hidden sizes must be in [1, 4,096], got 0"),
         ("hidden=-64,64", "hidden sizes must be in"),
-        ("lr=inf", "lr must be a finite number > 0, got inf"),
+        ("lr=inf", "lr must be a finite number >= 1e-10, got inf"),
+        ("lr=1e-300", "lr must be >= 1e-10, got 1e-300"),  # no float32 weight would move
+        ("clip=0", "clip must be > 0, got 0"),  # every ratio clipped: no policy update
         ("ent_coef=nan", "ent_coef must be a finite number, got nan"),
-        ("clip=inf", "clip must be a finite number >= 0"),
+        ("clip=inf", "clip must be a finite number > 0"),
         ("minibatch_size=100000", "minibatch_size (100,000) is larger than the rollout"),
         ("hidden=64,,64", "empty item"),
         ("env.nan_reward_at=-2", "env.nan_reward_at must be -1 or >= 0"),
@@ -425,3 +427,79 @@ def test_launch_refuses_zero_workers_before_creating_a_run(tmp_path):
     with pytest.raises(UserError, match="workers must be at least 1"):
         launch_runs([cfg], tmp_path, ["train"], workers=0, progress=False)
     assert not run_folders(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--seeds", "3", "--seed-list", "4,5"], "--seed-list names the seeds: drop --seeds"),
+        (["--seed-start", "2", "--seed-list", "4,5"], "drop --seed-start"),
+        (["--inline", "--backend", "ray"], "--inline runs the seeds here"),
+    ],
+)
+def test_contradictory_arguments_are_refused_before_anything_is_created(stub_launch, args, words):
+    refused([*PPO, *args], words)
+
+
+def test_an_empty_home_is_refused(tmp_path):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = backflip_cli.main([*PPO, "--home", "", "--no-progress"])
+    assert code == 2 and "--home is empty" in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("steps", "many"), ("seeds", "0,1"), ("hp", {"lr": "fast"}), ("env", [1]), ("algo", 3)],
+)
+def test_a_run_json_with_a_wrong_typed_field_leaves_the_others_listed(cli, home, field, value):
+    """One record that does not parse is named as damaged, with the reason, in one line; the
+    other runs list and show as usual (before: `runs` listed 0 of 3 with a traceback)."""
+    import json as json_
+
+    ids = []
+    for _ in range(2):
+        out = cli("train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "512",
+                  "--no-progress", "--json").stdout  # fmt: skip
+        ids.append(json_.loads(out)["id"])
+    bad = home / ids[0]
+    record = json_.loads((bad / "run.json").read_text())
+    record["config"][field] = value
+    (bad / "run.json").write_text(json_.dumps(record))
+    # run.json.bak holds the good record: restored from it, said in one line
+    restored = cli("runs")
+    assert "restored it from run.json.bak" in restored.stderr and ids[0] in restored.stdout
+    # with no good copy left (run.json.bak, the index): named as damaged, the other listed
+    (bad / "run.json").write_text(json_.dumps(record))
+    (bad / "run.json.bak").unlink()
+    (home / "index.sqlite").unlink()
+    listed = cli("runs", "--reindex")
+    assert ids[1] in listed.stdout and "Traceback" not in listed.stderr + listed.stdout
+    assert f"not indexed: {ids[0]}" in listed.stdout
+    assert "does not parse" in listed.stdout or "is not a run record" in listed.stdout
+    again = cli("runs")
+    assert ids[1] in again.stdout and f"damaged: {ids[0]}" in again.stderr
+    shown = cli("show", ids[0], check=False)
+    assert shown.returncode == 2 and shown.stderr.count("\n") == 1, shown.stderr
+    assert cli("show", ids[1]).returncode == 0
+    as_json = cli("runs", "--reindex", "--json").stdout  # JSON only on stdout
+    assert [r["id"] for r in json_.loads(as_json)] == [ids[1]]
+
+
+def test_a_private_seed_server_leaves_nothing_in_the_temp_folder(home, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT, cli_env
+
+    sockets = tmp_path / "sockets"
+    env = {**cli_env(home), "BACKFLIP_WARM": "0", "BACKFLIP_WARM_DIR": str(sockets)}
+    subprocess.run(
+        [sys.executable, "-m", "backflip", *PPO, "--steps", "512", "--seeds", "1"],
+        env=env, cwd=ROOT, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while sockets.exists() and list(sockets.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the private server ends just after its command
+    assert not sockets.exists() or not list(sockets.iterdir()), list(sockets.iterdir())

@@ -77,7 +77,9 @@ def test_nan_rewards_stop_the_seed_and_the_doctor_says_where(cli, home):
     rid = run_id(proc)
     seed = load_run(home / rid)["seeds"][0]
     assert seed["status"] == "failed" and seed["steps"] == 1024
-    assert seed["error"].startswith("non-finite values at step 1024: env/reward_max")
+    # named as the env's: the first NaN reward it gave, then the row that stopped the seed
+    assert seed["error"].startswith("non-finite reward from the environment (nan at env step")
+    assert "then: non-finite values at step 1024: env/reward_max" in seed["error"]
     f = findings_of(home, rid)["nonfinite"]
     assert f["severity"] == "error" and f["step"] == 1024 and f["metric"].startswith("env/reward")
     assert "the environment" in f["message"] and "seed was stopped" in f["message"]

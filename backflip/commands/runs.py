@@ -46,9 +46,10 @@ def run(args) -> int:
     home = home_dir(args.home)
     if args.reindex or args.repair:
         n, damaged = index.reindex(home)
-        print(f"indexed {n} run{'s' * (n != 1)} from {home}")
+        said = sys.stderr if args.json else sys.stdout  # --json: stdout is the JSON alone
+        print(f"indexed {n} run{'s' * (n != 1)} from {home}", file=said)
         for run_id, why in damaged:
-            print(f"not indexed: {run_id}: {why}")
+            print(f"not indexed: {run_id}: {why}", file=said)
     rows = index.query(
         home,
         env=args.env,
@@ -84,11 +85,12 @@ def run(args) -> int:
     header += ["duration", "message"]
     table = []
     for r in rows:
-        final = (
-            "-"
-            if r["final_mean"] is None
-            else (f"{fmt(r['final_mean'])} [{fmt(r['final_min'])}, {fmt(r['final_max'])}]")
-        )
+        if r["final_mean"] is None:
+            final = "-"
+        elif r["n_seeds"] == 1:  # one seed: a value, no range (as `show` says: no interval)
+            final = f"{fmt(r['final_mean'])} (1 seed)"
+        else:  # the mean over seeds [min, max]
+            final = f"{fmt(r['final_mean'])} [{fmt(r['final_min'])}, {fmt(r['final_max'])}]"
         table.append(
             [
                 r["id"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import sys
@@ -70,19 +71,41 @@ def add_seed_args(p, default: int | None = DEFAULT_SEEDS, default_text: str = ""
         "--seeds",
         type=int,
         default=default,
+        action=Given,
         metavar="N",
         help=f"number of seeds (default {default_text or default}; --seeds 1 for a quick look, "
         "with no interval)",
     )
-    p.add_argument("--seed-start", type=int, default=0, metavar="S", help="first seed (default 0)")
+    p.add_argument(
+        "--seed-start",
+        type=int,
+        default=0,
+        action=Given,
+        metavar="S",
+        help="first seed (default 0)",
+    )
     p.add_argument("--seed-list", metavar="S,S,...", help="explicit seeds instead of --seeds")
 
 
+class Given(argparse.Action):
+    """Store the value, and that it was given on the command line (`args.given`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        given = getattr(namespace, "given", None) or set()
+        namespace.given = given | {self.dest}
+
+
 def seeds_from(args) -> list[int]:
-    """The seeds of --seed-list, or --seeds N from --seed-start, checked (config.check_seeds)."""
+    """The seeds of --seed-list, or --seeds N from --seed-start, checked (config.check_seeds);
+    --seed-list with --seeds or --seed-start is refused (which seeds would it be?)."""
     from backflip.config import MAX_SEEDS, check_seeds, parse_seed_list
 
     if args.seed_list is not None:
+        clash = sorted(getattr(args, "given", None) or set())
+        if clash:
+            flags = " and ".join(f"--{name.replace('_', '-')}" for name in clash)
+            raise UserError(f"--seed-list names the seeds: drop {flags}")
         return parse_seed_list(args.seed_list)
     if args.seeds < 1:
         raise UserError("--seeds must be at least 1")

@@ -72,6 +72,9 @@ class FiniteObservations(gym.vector.VectorWrapper):
     def __init__(self, env: gym.vector.VectorEnv):
         super().__init__(env)
         self.env_steps = 0
+        # the first non-finite reward the env gave (env step, copy, value), kept so that a seed
+        # that then fails names the env, not its learning rate (`launch/seed.py: failure_text`)
+        self.bad_reward: tuple[int, int, float] | None = None
 
     @staticmethod
     def applies(env: gym.vector.VectorEnv) -> bool:
@@ -87,6 +90,9 @@ class FiniteObservations(gym.vector.VectorWrapper):
         obs, reward, term, trunc, info = self.env.step(actions)
         self.env_steps += self.num_envs
         self._check(obs, "step")
+        if self.bad_reward is None and not np.isfinite(reward).all():
+            copy = int(np.flatnonzero(~np.isfinite(reward))[0])
+            self.bad_reward = (self.env_steps, copy, float(np.asarray(reward)[copy]))
         return obs, reward, term, trunc, info
 
     def _check(self, obs, when: str) -> None:

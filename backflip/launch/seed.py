@@ -224,7 +224,7 @@ def train_one(
     except KeyboardInterrupt:
         status["status"] = "interrupted"
     except NonFiniteError as e:
-        status.update(status="failed", error=str(e), traceback=traceback.format_exc())
+        status.update(status="failed", error=failure_text(e, run), traceback=traceback.format_exc())
     except BaseException as e:  # noqa: BLE001 — any crash is recorded, never lost
         status.update(status="failed", error=failure_text(e, run), traceback=traceback.format_exc())
     finally:
@@ -280,7 +280,16 @@ def failure_text(e: BaseException, run) -> str:
     policy output named as such (torch says only that a tensor holds NaN), or the exception."""
     if is_enospc(e):
         return f"{NO_SPACE}{f' ({e.filename})' if e.filename else ''}"
-    text = f"{type(e).__name__}: {e}"
+    text = str(e) if isinstance(e, NonFiniteError) else f"{type(e).__name__}: {e}"
+    bad = getattr(run, "nonfinite_reward", None)
+    if bad is not None:  # the env gave it: its learning rate is not to blame
+        step, copy, value = bad
+        return (
+            f"non-finite reward from the environment ({value} at env step {step:,}, env copy "
+            f"{copy}), carried into the learner — then: {text}"
+        )
+    if isinstance(e, NonFiniteError):
+        return text
     if isinstance(e, ValueError | RuntimeError) and any(
         w in str(e).lower() for w in TORCH_NONFINITE
     ):

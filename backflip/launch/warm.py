@@ -494,6 +494,19 @@ def serve(address: str, idle: float, owner: int = 0) -> None:
                 client.close()
                 last = time.monotonic()
     sel.close()
+    tidy(address, private=bool(owner))
+
+
+def tidy(address: str, private: bool) -> None:
+    """What a server leaves in the socket folder when it exits: nothing of a private one (its
+    command's: `BACKFLIP_WARM=0` would leave a lock and a log per command), and of a shared one
+    its log when nothing was written to it (its lock serializes the next start: kept)."""
+    base = Path(address)
+    for suffix in (".log", ".lock") if private else (".log",):
+        path = base.with_suffix(suffix)
+        with contextlib.suppress(OSError):
+            if private or path.stat().st_size == 0:
+                path.unlink()
 
 
 def _handle(client, seen, children, sel, retire) -> None:

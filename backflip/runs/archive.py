@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from backflip import jsonout
+from backflip.config import TrainConfig
 from backflip.errors import UserError
 from backflip.runs.layout import (
     BACKUP,
@@ -62,7 +63,10 @@ NO_SPACE = "no space left on device"  # the error of a seed and a run that ran o
 
 
 def home_dir(home: str | Path | None = None, create: bool = False) -> Path:
-    """The archive root: `--home`, else $BACKFLIP_HOME, else ./runs."""
+    """The archive root: `--home`, else $BACKFLIP_HOME, else ./runs. An empty `--home ''`
+    (a variable that was not set, say) is refused: it would mean this folder."""
+    if home is not None and not str(home).strip():
+        raise UserError("--home is empty: give the archive's folder (or leave --home out)")
     path = Path(home or os.environ.get("BACKFLIP_HOME") or "runs").expanduser()
     if create:
         try:
@@ -255,6 +259,12 @@ def _parse_record(path: Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         what = "is empty" if not text.strip() else "is truncated or not JSON"
         raise Damaged(f"{what} ({e})") from None
+    return _checked(record)
+
+
+def _checked(record) -> dict:
+    """`record` if it is a run record whose config parses (every field to its type: a
+    wrong-typed one would fail every reader), else `Damaged` with the reason."""
     if not (
         isinstance(record, dict)
         and isinstance(record.get("id"), str)
@@ -262,6 +272,10 @@ def _parse_record(path: Path) -> dict:
         and isinstance(record["config"].get("seeds"), list)
     ):
         raise Damaged("is not a run record")
+    try:
+        TrainConfig.from_dict(record["config"])
+    except UserError as e:
+        raise Damaged(f"has a config that does not parse: {e}") from None
     return record
 
 
@@ -281,7 +295,7 @@ def _record_from_index(run_dir: Path) -> dict:
     if row is None:
         raise Damaged("not in the index")
     try:
-        record = json.loads(row[0])
+        record = _checked(json.loads(row[0]))
     except (TypeError, json.JSONDecodeError):
         raise Damaged("unreadable index row") from None
     for key in ("seeds", "dir", "findings"):
