@@ -41,7 +41,7 @@ from backflip.doctor.series import (
     tail,
 )
 from backflip.returns import EVAL_RETURN, TRUE_RETURN
-from backflip.runs.layout import STATUS
+from backflip.runs.layout import EPISODES, STATUS
 
 MIN_ROWS = 10  # trend rules need at least this many metric rows
 
@@ -612,8 +612,8 @@ def reward_scale(d: RunData):
     "value-scale",
     entry="6",
     reads=("rollout/return_target_absmax", "rollout/value_mean", "train/value_loss"),
-    threshold="value targets (or values, or Q) beyond ±1000 after warm-up — 100× Schulman's ±10 "
-    "(H) — or a value loss > 1e6",
+    threshold="value targets (or values, or Q) beyond ±1000 after warm-up (100× Schulman's ±10, "
+    "H) or a value loss > 1e6",
     cause="rewards not scaled: value targets far outside ±10 make the value loss dominate "
     "and its gradients huge",
     check_next="scale rewards (scale_reward=true) and check env/reward_* for the raw scale",
@@ -1046,7 +1046,7 @@ def trivial_policy(d: RunData):
         late = rets[steps >= 0.8 * d.horizon]
         late = late if len(late) >= 10 else rets[-10:]
         best = float(np.max(rets)) if len(rets) else -math.inf
-        metric = "episodes.csv"
+        metric = EPISODES
     elif (s := d.get(r.mean)) is not None and len(finite(s)[0]) >= 3:
         late = tail(finite(s), 0.2, d.horizon)[1]
         mx = d.get(r.max) if r.max else None
@@ -1081,7 +1081,7 @@ def trivial_policy(d: RunData):
             "error" if threshold is not None else "warning",
             f"the {r.name} over the last 20% of training ({fmt(m)}) sits at the level of "
             f"{what} ({fmt(mu)} ± {fmt(sd)}{rnd}), and {against}",
-            metric=metric if metric != "episodes.csv" else r.mean,
+            metric=metric if metric != EPISODES else r.mean,
             step=d.end,
             evidence={
                 "late_mean": m,
@@ -1311,7 +1311,7 @@ def memory_growth(d: RunData):
     entry="14",
     reads=("train/update_ratio", "train/lr"),
     threshold="median ‖Δθ‖/‖θ‖ per update after warm-up < 1e-5 or > 0.5 (rows where the "
-    "annealed learning rate is < 10% of its peak are skipped); Jones: ~1e-3 per optimizer step",
+    "annealed learning rate is < 10% of its peak are skipped; Jones: ~1e-3 per optimizer step)",
     cause="a learning rate far too small (nothing moves) or far too large (weights jump)",
     check_next="the learning rate and its schedule, gradient clipping, the optimizer's eps",
     source=JONES,

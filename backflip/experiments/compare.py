@@ -36,6 +36,7 @@ from backflip.errors import UserError
 from backflip.runs import index
 from backflip.runs.archive import load_run
 from backflip.runs.index import resolve_run
+from backflip.runs.layout import RUN_JSON
 
 # env.* settings that change what a final evaluation return measures (evaluation envs get them)
 SCORE_SETTINGS = ("reward_scale", "max_episode_steps")
@@ -120,7 +121,7 @@ def is_peer(ref: str) -> bool:
     from backflip.doctor.sources import event_dirs
 
     path = Path(ref.rsplit("@", 1)[0]).expanduser()
-    return path.is_dir() and not (path / "run.json").exists() and bool(event_dirs(path))
+    return path.is_dir() and not (path / RUN_JSON).exists() and bool(event_dirs(path))
 
 
 def side_parts(ref: str) -> list[str]:
@@ -175,7 +176,7 @@ def _backflip_task(home: Path, ref: str, metric: str, window: int) -> dict:
 def _run_part(home: Path, ref: str) -> Path:
     """A side's part that is not a peer's logdir must be a backflip run."""
     path = Path(ref.rsplit("@", 1)[0]).expanduser()
-    if "@" in ref or (path.is_dir() and not (path / "run.json").exists()):
+    if "@" in ref or (path.is_dir() and not (path / RUN_JSON).exists()):
         raise UserError(
             f"{ref}: neither a backflip run nor a folder of SB3/CleanRL TensorBoard event files "
             "(events.out.tfevents.*)"

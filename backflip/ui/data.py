@@ -258,7 +258,7 @@ def run_detail(run_dir: Path) -> dict:
     checkout = None
     if git and git.get("commit"):
         patch = (
-            f" && git apply {run_dir / ('code.patch' if 'git' in prov else 'backflip.patch')}"
+            f" && git apply {run_dir / (CODE_PATCH if 'git' in prov else BACKFLIP_PATCH)}"
             if git.get("dirty")
             else ""
         )
