@@ -4,7 +4,8 @@
     target, findings = diagnose_target("last")    # anything `backflip doctor` accepts
     findings = diagnose_run_dir(run_dir)          # after `backflip train`; writes findings.json
 
-Rules (`rules.py`, `seeds.py`) implement the diagnostics catalog (docs/doctor.md). `live.py`
+Rules (`rules/`, one module per topic: system, policy, value, optimization, returns, preferences;
+and `seeds.py` across seeds) implement the diagnostics catalog (docs/doctor.md). `live.py`
 checks the same rules while a seed trains; `preflight.py` checks an environment before training,
 `probes.py` an algorithm on Jones's probe environments.
 """

@@ -2,7 +2,7 @@
 
 A rule reads metric series of one run (`RunData`) and returns hits; each hit becomes a `Finding`
 whose message says what was seen (values, step), what usually causes it, what to check next, and
-where the advice comes from. Rules register themselves with `@rule(...)` in `rules.py` and
+where the advice comes from. Rules register themselves with `@rule(...)` in `rules/<topic>.py` and
 `seeds.py`; `docs/doctor.md` lists them all (a test keeps it complete).
 """
 

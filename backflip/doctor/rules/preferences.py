@@ -1,0 +1,407 @@
+"""Learning from preferences: the labels, the reward model, the horizon (catalog entries 19-20; docs/preferences.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backflip.doctor.findings import Hit, rule
+from backflip.doctor.rules.common import (
+    MIN_ROWS,
+    RAHTZ,
+    _rows,
+)
+from backflip.doctor.series import (
+    LEARNED_RETURNS,
+    RunData,
+    finite,
+    fmt,
+    progress,
+)
+from backflip.returns import EVAL_RETURN, TRUE_RETURN
+
+# --- entries 19–20: learning from preferences ------------------------------------------------------
+
+
+def _starved(d: RunData, name: str):
+    s = d.get(name)
+    if s is None:
+        return None
+    steps, v = finite(s)
+    if len(v) < 5 or not (v > 0).any():
+        return None
+    last_pos = int(np.flatnonzero(v > 0)[-1])
+    zeros = len(v) - 1 - last_pos
+    span = steps[-1] - steps[last_pos]
+    if zeros >= 3 and span >= 0.1 * max(d.end, 1):
+        return steps[last_pos], zeros, span
+    return None
+
+
+@rule(
+    "prefs-starved",
+    entry="19",
+    reads=("prefs/labels_per_s", "prefs/segments_per_s", "prefs/label_debt"),
+    threshold="labels/s or segments/s was positive, then 0 on ≥ 3 rows spanning ≥ 10% of "
+    "training while training went on (for labels: only while labels are owed, "
+    "prefs/label_debt > 0, when it is logged, and only from a synthetic labeler: a person's "
+    "pace, or labeling a person ended, is not a starved queue)",
+    cause="a starved queue: the segment store or query queue stopped delivering (Rahtz: once "
+    "a database filled, no new segments reached the labeler)",
+    check_next="prefs/queue_depth and prefs/seconds_since_label; the segment store's capacity "
+    "and whether the labeler process is alive",
+    source=RAHTZ,
+    live=True,
+)
+def prefs_starved(d: RunData):
+    person = d.prefs.get("labeler") == "human"
+    for name in ("prefs/labels_per_s", "prefs/segments_per_s"):
+        if person and name == "prefs/labels_per_s":
+            continue  # a person answers at their pace; the seed waits for them (status waiting)
+        hit = _starved(d, name)
+        if hit is None:
+            continue
+        debt = d.get("prefs/label_debt")
+        if name == "prefs/labels_per_s" and debt is not None and debt[1][-1] <= 0:
+            continue  # the schedule asks for no more labels: a pause, not starvation
+        last, zeros, span = hit
+        return Hit(
+            "error",
+            f"{name} dropped to 0 after step {int(last):,} and stayed there for "
+            f"{zeros} rows ({int(span):,} steps) while training continued",
+            metric=name,
+            step=int(last),
+            evidence={"last_positive_step": int(last), "zero_rows": zeros},
+        )
+    return None
+
+
+@rule(
+    "reward-model-fit",
+    entry="20",
+    reads=("reward_model/val_train_loss_ratio",),
+    threshold="median validation/training loss ratio over the second half outside 1.1–1.5",
+    cause="> 1.5: the reward model overfits its labels (too little regularization); < 1.1: "
+    "over-regularized (too much L2/dropout), it could fit the labels better",
+    check_next="the adaptive L2 strength and the number of labels",
+    source="Christiano et al. 2017",
+    live=True,
+)
+def reward_model_fit(d: RunData):
+    if (s := d.get("reward_model/val_train_loss_ratio")) is None:
+        return None
+    steps, v = finite(s)
+    if len(v) < 6:
+        return None
+    med = float(np.median(v[len(v) // 2 :]))
+    if 1.1 <= med <= 1.5:
+        return None
+    which = "overfitting (> 1.5)" if med > 1.5 else "over-regularized (< 1.1)"
+    return Hit(
+        "warning",
+        f"validation/training loss ratio {fmt(med)} over the second half: {which}",
+        metric="reward_model/val_train_loss_ratio",
+        step=int(steps[-1]),
+        evidence={"median": med},
+    )
+
+
+@rule(
+    "reward-model-corr",
+    entry="20",
+    reads=("reward_model/segment_corr", "reward_model/return_corr"),
+    threshold="correlation between predicted and true return < 0.5 over the last quarter, or "
+    "fallen by > 0.3 from its best: of the policy's segments (what the model is trained to "
+    "rank) where the run logs it, else of its episodes; info only while the true return "
+    "improved (the test of 'did the return improve?' above), or when only the episodes' "
+    "correlation is low",
+    cause="the reward model does not track the task: too few or noisy labels, segments that "
+    "don't cover what the policy now does, a normalization mismatch on its input",
+    check_next="label accuracy, the query selection, observation normalization of the reward "
+    "model's input",
+    source="Christiano et al. 2017",
+    live=True,
+)
+def reward_model_corr(d: RunData):
+    def verdict(metric):  # (late, best, step) when the correlation is low or fell, else None
+        if (s := d.get(metric)) is None:
+            return None
+        steps, v = finite(s)
+        if len(v) < 6:
+            return None
+        late, best = float(np.median(v[-max(len(v) // 4, 2) :])), float(np.max(v))
+        return (late, best, int(steps[-1])) if late < 0.5 or best - late > 0.3 else ()
+
+    segments, episodes = verdict("reward_model/segment_corr"), verdict("reward_model/return_corr")
+    if segments == () and episodes:  # segments ranked: the episodes' returns are alike
+        late, best, step = episodes
+        return Hit(
+            "info",
+            f"predicted-vs-true episode return correlation is {fmt(late)} late (best "
+            f"{fmt(best)}), while the model still ranks the policy's segments: the episodes' "
+            "true returns differ too little for their sums to be ranked",
+            metric="reward_model/return_corr",
+            step=step,
+            evidence={"late": late, "best": best},
+        )
+    unit = "segment" if segments is not None else "episode"
+    if not (low := segments if segments is not None else episodes):
+        return None
+    late, best, step = low
+    metric = "reward_model/segment_corr" if unit == "segment" else "reward_model/return_corr"
+    seen = f"predicted-vs-true {unit} return correlation is {fmt(late)} late (best {fmt(best)})"
+    true = progress(d) if d.learned_reward else None
+    if true is not None and true.improved:
+        # Over the last 20 episodes (or segments), each summed under the model of its day: when
+        # the policy has learned, their true returns differ by little more than where they
+        # started, and r̂'s sums need not rank them although r̂ ranks the actions (a MovingDot84
+        # run at 1.13 of PPO ended at 0.20). Said, not warned, while the task improves.
+        return Hit(
+            "info",
+            f"{seen}, while the {true.describe()} improved",
+            metric=metric,
+            step=step,
+            evidence={"late": late, "best": best, **true.evidence()},
+        )
+    return Hit("warning", seen, metric=metric, step=step, evidence={"late": late, "best": best})
+
+
+@rule(
+    "reward-model-gamed",
+    entry="20",
+    reads=("rollout/ep_return_mean", "episodes", TRUE_RETURN, EVAL_RETURN),
+    threshold="preference runs: the learned-reward return improves (the test of 'did the "
+    "return improve?' above, on rollout/ep_return_* or episodes.csv) while the true return "
+    "does not",
+    cause="the policy games the reward model: it found behaviour that r̂ rewards and the task "
+    "does not (labels that don't cover the states the policy now visits, a reward model that "
+    "stopped tracking the task)",
+    check_next="reward_model/return_corr over training (does r̂ still track the true return of "
+    "new episodes?), watch episodes (`backflip watch`), labels asked while the policy trains "
+    "rather than up front, prefs.selection=disagreement",
+    source="Christiano et al. 2017 (with offline labels the policy exploits the reward "
+    "predictor); docs/preferences.md",
+)
+def reward_model_gamed(d: RunData):
+    if not d.learned_reward or _rows(d) < MIN_ROWS:
+        return None
+    learned, true = progress(d, LEARNED_RETURNS), progress(d)
+    if learned is None or true is None or not learned.improved or true.improved:
+        return None
+    return Hit(
+        "warning",
+        f"the {learned.describe()}, but the {true.describe()}",
+        metric=true.metric,
+        step=true.step_late,
+        evidence={
+            **true.evidence(),
+            "learned_metric": learned.metric,
+            "learned_early": learned.early,
+            "learned_late": learned.late,
+        },
+    )
+
+
+@rule(
+    "labels-one-sided",
+    entry="20",
+    reads=("prefs/labeled_segments", "prefs/labeled_gains", "prefs/labeled_losses"),
+    threshold="at the last row: >= 100 labeled segments, >= 10% of them with a true return of "
+    "exactly 0 (a sparse reward), one sign of true return on < 2% of them but at least one (so "
+    "the env does give it: a reward that is never negative, or an absorbing state's 0, is not "
+    "one-sided) and the other on >= 20%",
+    cause="the clips asked about come from the policy (and the random one before it), which "
+    "seldom gains reward (or seldom loses it): the model is shown one side of the task and "
+    "learns it alone: to avoid losing, not to win (Pong from preferences: 13 of 2,582 labeled "
+    "segments won a point, 1,218 lost one; longer rallies, every point still lost)",
+    check_next="backflip prefs check-reward RUN --policy RUN2 with a policy that does the task "
+    "(does r̂ pay for what it was hardly shown?); more labels early, from more exploratory play",
+    source="Christiano et al. 2017 (the reward model learns only what its clips show); "
+    "docs/benchmarks.md (Pong)",
+)
+def labels_one_sided(d: RunData):
+    counts = [d.get(f"prefs/labeled_{k}") for k in ("segments", "gains", "losses")]
+    if any(c is None for c in counts):
+        return None
+    series = [finite(c) for c in counts]
+    if any(len(v) == 0 for _, v in series):
+        return None
+    shown, gains, losses = (float(v[-1]) for _, v in series)
+    if shown < 100 or (shown - gains - losses) < 0.1 * shown:
+        return None
+    rare, common = sorted([("gained", gains), ("lost", losses)], key=lambda x: x[1])
+    if rare[1] >= 0.02 * shown or common[1] < 0.2 * shown or rare[1] == 0:
+        return None
+    return Hit(
+        "warning",
+        f"of {int(shown):,} labeled segments, {int(gains):,} gained true reward and "
+        f"{int(losses):,} lost it: the reward model was hardly shown what the task "
+        f"{'rewards' if rare[0] == 'gained' else 'punishes'}",
+        metric="prefs/labeled_segments",
+        step=int(series[0][0][-1]),
+        evidence={"labeled_segments": shown, "gains": gains, "losses": losses},
+    )
+
+
+@rule(
+    "labels-uninformative",
+    entry="20",
+    reads=("prefs/labels", "prefs/labels_equal"),
+    threshold="at the last row: >= 50 labels, >= 80% of them 'equally good' (0.5), and the true "
+    "return did not improve (a policy that does the task well is shown clips alike too)",
+    cause="the clips asked about never differ in what the task rewards: a sparse reward that "
+    "neither the random policy nor the policy reached (Acrobot's goal, CliffWalking's far "
+    "corner), so the reward model learns nothing and the policy follows its noise; or a "
+    "labeler who cannot tell the clips apart",
+    check_next="prefs/labeled_gains and labeled_losses; exploration that reaches the reward "
+    "(an entropy bonus, more random clips: prefs.random_envs, prefs.initial_frac); a denser "
+    "task, or a person who can say which clip came nearer",
+    source="Christiano et al. 2017 (labels carry information only where clips differ); "
+    "docs/preferences.md",
+)
+def labels_uninformative(d: RunData):
+    labels, equal = d.get("prefs/labels"), d.get("prefs/labels_equal")
+    if labels is None or equal is None:
+        return None
+    (steps, n), (_, e) = finite(labels), finite(equal)
+    if not len(n) or not len(e) or n[-1] < 50:
+        return None
+    share = float(e[-1]) / float(n[-1])
+    true = progress(d) if d.learned_reward else None
+    if share < 0.8 or (true is not None and true.improved):
+        return None
+    return Hit(
+        "warning",
+        f"{int(e[-1]):,} of {int(n[-1]):,} labels were 'equally good' ({share:.0%}): the clips "
+        "shown hardly ever differed in what the task rewards",
+        metric="prefs/labels_equal",
+        step=int(steps[-1]),
+        evidence={"labels": float(n[-1]), "equal": float(e[-1]), "share": share},
+    )
+
+
+KOSTRIKOV = "Kostrikov et al. 2019, 'Discriminator-Actor-Critic' (absorbing states)"
+
+
+@rule(
+    "prefs-variable-horizon",
+    entry="20",
+    reads=("prefs/env_terminations", "prefs/terminated_frac"),
+    threshold="a preference run with prefs.horizon=variable whose env ended at least one "
+    "training episode early (terminated, before its time limit)",
+    cause="episodes that end when the env ends them have a length that carries reward: a "
+    "learned reward standardized to mean 0 pays for staying alive where it is mostly "
+    "positive (survival bias: an env that ends at failure is 'solved' by surviving whatever "
+    "r̂ says) and for ending early where it is mostly negative (the mirror: an env that ends "
+    "at success learns never to finish); the reward model never sees the end",
+    check_next="prefs.horizon=restart (the default: a fixed horizon, the end an absorbing state "
+    "the reward model values, then a fresh start) or absorb; prefs/len_return_corr",
+    source=f"Christiano et al. 2017 (termination removed); {KOSTRIKOV}",
+    live=True,
+)
+def prefs_variable_horizon(d: RunData):
+    if not d.learned_reward or d.prefs.get("horizon") != "variable":
+        return None
+    if (s := d.get("prefs/env_terminations")) is None:
+        return None
+    steps, ends = finite(s)
+    if not len(ends) or ends[-1] < 1:
+        return None
+    frac = d.get("prefs/terminated_frac")
+    share = f" ({fmt(100 * float(frac[1][-1]), 0)}% of the last episodes)" if frac else ""
+    return Hit(
+        "warning",
+        f"the env ended {int(ends[-1]):,} training episodes early{share} while episodes were "
+        "variable (prefs.horizon=variable): their length can carry the learned reward",
+        metric="prefs/env_terminations",
+        step=int(steps[-1]),
+        evidence={"terminations": float(ends[-1])},
+    )
+
+
+@rule(
+    "prefs-length-bias",
+    entry="20",
+    reads=("prefs/len_return_corr", "reward_model/segment_corr"),
+    threshold="preference runs: |correlation of episode length with learned return| >= 0.8 "
+    "(median over the last quarter of rows, >= 6 rows) while the reward model's segment "
+    "correlation with the true reward is < 0.5 there; an error when the true return did not "
+    "improve, else a warning",
+    cause="the episode's length, not the reward model, decides what the policy is paid: "
+    "survival bias when longer episodes earn more learned return (the agent is paid for "
+    "staying alive), its mirror when shorter ones do (paid for ending the episode)",
+    check_next="prefs.horizon=restart or absorb (a fixed horizon, the end an absorbing state "
+    "the reward model values); prefs/terminated_frac, backflip prefs check-reward RUN",
+    source=f"{KOSTRIKOV}; Christiano et al. 2017",
+    live=True,
+)
+def prefs_length_bias(d: RunData):
+    if not d.learned_reward or (s := d.get("prefs/len_return_corr")) is None:
+        return None
+    steps, corr = finite(s)
+    if len(corr) < 6:
+        return None
+    late = float(np.median(corr[-max(len(corr) // 4, 3) :]))
+    if abs(late) < 0.8:
+        return None
+    seg = d.get("reward_model/segment_corr")
+    seg_late = None
+    if seg is not None:
+        _, sv = finite(seg)
+        if len(sv):
+            seg_late = float(np.median(sv[-max(len(sv) // 4, 3) :]))
+            if seg_late >= 0.5:
+                return None
+    survival = late > 0
+    what = (
+        "survival bias: longer episodes earn more learned return, so the agent is paid for "
+        "staying alive whatever the reward model judges"
+        if survival
+        else "its mirror: shorter episodes earn more learned return, so the agent is paid for "
+        "ending the episode"
+    )
+    true = progress(d)
+    wrong = true is not None and not true.improved and d.end >= 0.5 * d.horizon
+    seen_seg = f", segment correlation {fmt(seg_late)}" if seg_late is not None else ""
+    return Hit(
+        "error" if wrong else "warning",
+        f"episode length and learned return correlate at {fmt(late)}{seen_seg}: {what}"
+        + (f"; the {true.describe()}" if true is not None else ""),
+        metric="prefs/len_return_corr",
+        step=int(steps[-1]),
+        evidence={"len_return_corr": late, "segment_corr": seg_late, "survival": survival},
+    )
+
+
+@rule(
+    "stale-replay-rewards",
+    entry="20",
+    reads=("prefs/replay_reward_lag",),
+    threshold="an off-policy learner on a learned reward whose replay buffer's rewards were "
+    "≥ 2 reward-model versions behind the newest model on ≥ 3 rows",
+    cause="the replay buffer keeps the rewards of the reward model that was current when each "
+    "transition was stored: the learner fits Q-values to judgements the model has since "
+    "revised, a moving target no label can correct (prefs.relabel=false, or an algorithm that "
+    "does not show its buffer to run.register_replay)",
+    check_next="prefs.relabel (true by default) and whether the algorithm calls "
+    "run.register_replay; prefs/relabels should grow with reward_model/updates",
+    source="Lee, Smith & Abbeel 2021, 'PEBBLE' (relabel the replay buffer after each reward "
+    "update); docs/preferences.md",
+    live=True,
+)
+def stale_replay_rewards(d: RunData):
+    if (s := d.get("prefs/replay_reward_lag")) is None:
+        return None
+    steps, lag = finite(s)
+    stale = lag >= 2
+    if stale.sum() < 3:
+        return None
+    first = int(steps[np.argmax(stale)])
+    return Hit(
+        "warning",
+        f"the replay buffer's rewards were up to {int(lag.max())} reward-model versions old "
+        f"(from step {first:,}, on {int(stale.sum())} rows): the learner trains on stale "
+        "judgements",
+        metric="prefs/replay_reward_lag",
+        step=first,
+        evidence={"max_lag": float(lag.max()), "stale_rows": int(stale.sum())},
+    )
