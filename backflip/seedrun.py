@@ -11,6 +11,18 @@ envs with `run.make_vec(n)` (an off-policy one also shows its replay buffer to
 and stops early when `run.stopping` becomes true (Ctrl-C or SIGTERM), finishing with
 `run.finish(step, act, state())`, which evaluates greedily (unless interrupted) and writes the
 final checkpoint. Nothing in here calls back into the algorithm.
+
+What others attach to a seed goes through the hooks declared here, never through its
+attributes:
+
+    run.training_envs(copy=, vector=, render_mode=)  # a block: wrappers of the training envs
+                                                     # (a preference run's horizon, its reward)
+    run.register_replay(buffer, env_action)          # an algorithm's buffer; `replay_buffers`
+                                                     # reads them (a preference run relabels)
+    run.add_monitor(monitor)                          # called with every row (the live doctor)
+    run.request_stop()                               # a signal, a backend's stop request
+    run.set_status("waiting", labels_needed=3)       # what the seed does besides training
+    run.keep(labels_ended_early=...)                 # part of the seed's result, recorded now
 """
 
 from __future__ import annotations
@@ -118,7 +130,7 @@ class SeedRun:
         self._render_mode: str | None = None
         # Replay buffers of an off-policy algorithm (`register_replay`), with the map from their
         # stored actions to the env's: a learned reward relabels them when its model changes.
-        self.replay_buffers: list[tuple[object, Callable]] = []
+        self._replay_buffers: list[tuple[object, Callable]] = []
         self._warned: set[str] = set()
         self.tel = Telemetry(
             self.out_dir, enabled=cfg.run.telemetry, on_row=self._row, append=append
@@ -133,7 +145,7 @@ class SeedRun:
         self._ckpt_every, self._next_ckpt = every, every
         self.t_start = time.perf_counter()
         self.eval_time = 0.0
-        self.monitors: list[Callable[[int, dict], list[str]]] = []
+        self._monitors: list[Callable[[int, dict], list[str]]] = []
         # Set by `backflip resume` before `train` runs: the checkpoint's `state` dict and step.
         # An algorithm loads its networks, optimizer and statistics from `restored` and
         # continues counting from `start_step`.
@@ -200,11 +212,31 @@ class SeedRun:
         copy, value), or None."""
         return next((e.bad_reward for e in self._checked_envs if e.bad_reward), None)
 
+    def add_monitor(self, monitor: Callable[[int, dict], list[str]]) -> None:
+        """`monitor(step, row) -> [warning, ...]` is called with every metrics row; its lines
+        are said once each (`warn`): the live doctor (`doctor/live.py`)."""
+        self._monitors.append(monitor)
+
+    @property
+    def monitors(self) -> tuple:
+        return tuple(self._monitors)
+
+    def request_stop(self) -> None:
+        """Stop at the next iteration boundary, with a final checkpoint (a signal, a backend's
+        stop request): the loop reads `stopping`."""
+        self.stopping = True
+
     def register_replay(self, buffer, env_action: Callable | None = None) -> None:
         """An off-policy algorithm's replay buffer, whose stored rewards a learned reward model
         may recompute (`buffer.relabel`); `env_action` maps stored actions to what the env was
         given (e.g. [-1, 1] to the action bounds), which is what the reward model judges."""
-        self.replay_buffers.append((buffer, env_action or (lambda a: a)))
+        self._replay_buffers.append((buffer, env_action or (lambda a: a)))
+
+    @property
+    def replay_buffers(self) -> tuple[tuple[object, Callable], ...]:
+        """The registered replay buffers with their action maps (read-only: `register_replay`
+        adds one), which a preference run relabels when its reward model changes."""
+        return tuple(self._replay_buffers)
 
     def keep(self, **values) -> None:
         """Add `values` to the seed's result now (status.json, `backflip show`), not only at its
@@ -249,7 +281,7 @@ class SeedRun:
                     msg + " — stopping this seed (doctor.stop_on_nan=false to go on)"
                 )
             self.warn(msg, key="nonfinite")
-        for monitor in self.monitors:
+        for monitor in self._monitors:
             for message in monitor(step, row):
                 self.warn(message)
         if self._on_row is not None:

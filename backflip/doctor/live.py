@@ -1,6 +1,6 @@
 """The doctor during training: a `SeedRun` monitor that checks the live rules as rows arrive.
 
-`launch.seed.run_seed` appends a `LiveDoctor` to `run.monitors` (unless `doctor.live=false`). Every
+`launch.seed.train_one` adds a `LiveDoctor` to the seed's monitors (`SeedRun.add_monitor`) (unless `doctor.live=false`). Every
 row is kept; every `every_s` seconds (and at the fifth row) the rules marked `live` run on the
 rows so far. Each rule that fires with severity warning or error is reported as one line that
 starts with its severity (`error: kl-large at step 2,048: ...`; the progress display prints it
@@ -27,7 +27,7 @@ from backflip.returns import is_preference_run
 
 
 class LiveDoctor:
-    """`monitor(step, row) -> [warning, ...]` for `SeedRun.monitors`."""
+    """`monitor(step, row) -> [warning, ...]` for `SeedRun.add_monitor`."""
 
     def __init__(self, cfg, every_s: float = 2.0):
         self.every_s = every_s

@@ -160,7 +160,7 @@ def train_one(
             ret = row.get(TRUE_RETURN, row.get(TRAINING_RETURN))  # a preference run: the task's
             send("progress", seed, step, row.get("time/sps"), ret)
             if poll_stop is not None and poll_stop():
-                run.stopping = True
+                run.request_stop()
 
     def on_warning(message):
         print(f"[doctor] {message}", file=sys.stderr, flush=True)
@@ -196,7 +196,7 @@ def train_one(
             on_result=on_result,
         )
         if cfg.doctor.live:
-            run.monitors.append(LiveDoctor(cfg))
+            run.add_monitor(LiveDoctor(cfg))
         if checkpoint is not None:
             run.restore(checkpoint)
 
@@ -205,7 +205,7 @@ def train_one(
                 return
             if run.stopping:  # second signal: stop now
                 raise KeyboardInterrupt
-            run.stopping = True
+            run.request_stop()
             print(
                 f"received {signal.Signals(signum).name}: stopping at the next iteration",
                 file=sys.stderr,

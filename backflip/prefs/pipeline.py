@@ -393,7 +393,7 @@ class Pipeline:
         self.stop_worker()
         self.publish()  # the pipeline's final state (async: after the worker stops)
         run.log(self.step)
-        run.result["labels"] = self.db.counts()["labeled"]
+        run.keep(labels=self.db.counts()["labeled"])
         if not self.frozen:
             self.save_model()
 
