@@ -115,3 +115,74 @@ def last_checkpoint(folder: Path) -> tuple[Path, int] | None:
         return None
     step, path = max(found, key=lambda t: (t[0], t[1].name == FINAL_CHECKPOINT))
     return path, step
+
+
+class Pool:
+    """What a backend that runs seeds elsewhere (a Ray cluster, Slurm) tells `complete`: how to
+    start a job, which started jobs have ended, how to stop them. The local pool and `--inline`
+    run their seeds as processes of their own and have their own loops."""
+
+    status = "running"
+    """what the display says of a job once submitted"""
+
+    def submit_all(self, indices: list[int]) -> dict[int, object]:
+        """Start these jobs at once when the backend schedules them itself (a Slurm array: at
+        most `workers` run); {} when jobs are submitted one by one as room frees (`submit`)."""
+        return {}
+
+    def submit(self, i: int) -> object:
+        raise NotImplementedError
+
+    def ended(self, active: dict[int, object]) -> list[tuple[int, str | None]]:
+        """Wait a moment; say the jobs' progress to the display; the active jobs that ended,
+        each with why it failed when its task died without an outcome (else None)."""
+        raise NotImplementedError
+
+    def stop(self, first: bool, active: dict[int, object]) -> None:
+        """A stop request (a signal, `should_stop`): the first asks every seed to stop at its
+        next iteration boundary, a second stops them at once."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def complete(
+    jobs: list[SeedJob], workers: int, display, should_stop, pool: Pool
+) -> dict[int, dict]:
+    """Run `jobs` on `pool`, at most `workers` at once, until each has an outcome: the loop the
+    Ray and Slurm backends share. SIGINT/SIGTERM (and `should_stop()`) reach `pool.stop`, the
+    first as a stop at the next iteration, a second at once; jobs not started by then stay
+    pending (`launch.run_jobs` marks them not started). {job index: final status}."""
+    pending, done = list(range(len(jobs))), {}
+    active = pool.submit_all(pending)
+    for i in active:
+        display.update(i, step=0, status="queued")
+    pending = [i for i in pending if i not in active]
+    stops = 0
+
+    def on_signal(signum, frame):
+        nonlocal stops
+        stops += 1
+        pool.stop(stops == 1, active)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while pending or active:
+            while pending and len(active) < workers and not stops:
+                i = pending.pop(0)
+                active[i] = pool.submit(i)
+                display.update(i, step=0, status=pool.status)
+            if not active:
+                break
+            if should_stop is not None and not stops and should_stop():
+                on_signal(signal.SIGTERM, None)
+            for i, why in pool.ended(active):
+                del active[i]
+                done[i] = final_status(jobs[i], None, why=why)
+                display.finished(i, done[i])
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        pool.close()
+    return done

@@ -16,13 +16,12 @@ messages) makes the same request as a first Ctrl-C.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 
 from backflip.errors import UserError
 from backflip.launch.display import Display
-from backflip.launch.job import SeedJob, final_status
+from backflip.launch.job import Pool, SeedJob, complete
 from backflip.runs.layout import seed_dir
 
 
@@ -80,61 +79,59 @@ def _seed_task(job: SeedJob, index: int, channel) -> dict:
         return run_seed(job, _Conn(channel, index), handle_signals=False)
 
 
+class RayPool(Pool):
+    """Seeds as Ray tasks; their progress comes back through one channel actor."""
+
+    def __init__(self, jobs: list[SeedJob], display: Display, address: str | None):
+        ray = self.ray = _ray()
+        self.started_here = not ray.is_initialized()
+        if self.started_here:
+            kwargs = {"address": address} if address else {"num_cpus": os.cpu_count()}
+            ray.init(
+                **kwargs,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
+            )
+        self.jobs, self.display = jobs, display
+        self.channel = ray.remote(num_cpus=0)(_Channel).remote()
+        self.task = ray.remote(num_cpus=1, max_retries=0)(_seed_task)
+
+    def submit(self, i: int):
+        return self.task.remote(self.jobs[i], i, self.channel)
+
+    def ended(self, active):
+        refs = {ref: i for i, ref in active.items()}
+        ready, _ = self.ray.wait(list(refs), num_returns=1, timeout=0.2)
+        for i, msg in self.ray.get(self.channel.drain.remote()):
+            self.display.message(i, msg)
+        out = []
+        for ref in ready:
+            why = None
+            try:
+                self.ray.get(ref)
+            except Exception as e:  # noqa: BLE001 — a dead worker is recorded as a failure
+                why = f"the Ray task died: {type(e).__name__}: {str(e).splitlines()[0]}"
+            out.append((refs[ref], why))
+        return out
+
+    def stop(self, first: bool, active) -> None:
+        if first:
+            self.channel.request_stop.remote()
+        else:  # second signal: stop at once
+            for ref in active.values():
+                self.ray.cancel(ref, force=True)
+
+    def close(self) -> None:
+        if self.started_here:
+            # give the last messages a moment, then leave no cluster behind
+            time.sleep(0.05)
+            self.ray.shutdown()
+
+
 def run_jobs_ray(
     jobs: list[SeedJob], workers: int, display: Display, address: str | None, should_stop=None
 ) -> dict[int, dict]:
-    ray = _ray()
-    started_here = not ray.is_initialized()
-    if started_here:
-        kwargs = {"address": address} if address else {"num_cpus": os.cpu_count()}
-        ray.init(
-            **kwargs,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}},
-        )
-    channel = ray.remote(num_cpus=0)(_Channel).remote()
-    task = ray.remote(num_cpus=1, max_retries=0)(_seed_task)
-    pending, active, done = list(range(len(jobs))), {}, {}
-    stopping = [0]
-
-    def on_signal(signum, frame):
-        stopping[0] += 1
-        if stopping[0] == 1:
-            channel.request_stop.remote()
-        else:  # second signal: stop at once
-            for ref in active:
-                ray.cancel(ref, force=True)
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while pending or active:
-            while pending and len(active) < workers and not stopping[0]:
-                i = pending.pop(0)
-                active[task.remote(jobs[i], i, channel)] = i
-                display.update(i, step=0, status="running")
-            if not active:
-                break
-            if should_stop is not None and not stopping[0] and should_stop():
-                on_signal(signal.SIGTERM, None)
-            ready, _ = ray.wait(list(active), num_returns=1, timeout=0.2)
-            for i, msg in ray.get(channel.drain.remote()):
-                display.message(i, msg)
-            for ref in ready:
-                i = active.pop(ref)
-                why = None
-                try:
-                    ray.get(ref)
-                except Exception as e:  # noqa: BLE001 — a dead worker is recorded as a failure
-                    why = f"the Ray task died: {type(e).__name__}: {str(e).splitlines()[0]}"
-                done[i] = final_status(jobs[i], None, why=why)
-                display.finished(i, done[i])
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-        if started_here:
-            # give the last messages a moment, then leave no cluster behind
-            time.sleep(0.05)
-            ray.shutdown()
-    return done
+    """The jobs as Ray tasks (`address`: a cluster's, or a local one started here)."""
+    return complete(jobs, workers, display, should_stop, RayPool(jobs, display, address))

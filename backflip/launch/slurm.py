@@ -46,7 +46,7 @@ import yaml
 
 from backflip.errors import UserError
 from backflip.launch.display import Display
-from backflip.launch.job import SeedJob, final_status, last_checkpoint
+from backflip.launch.job import Pool, SeedJob, complete, final_status, last_checkpoint
 from backflip.runs.archive import seed_status
 from backflip.runs.layout import new_run_id, seed_dir
 from backflip.telemetry import last_logged
@@ -222,62 +222,59 @@ def _executor(folder: Path, options: dict, workers: int):
     return executor
 
 
-def run_jobs_slurm(
-    jobs: list[SeedJob], workers: int, display: Display, address=None, should_stop=None
-) -> dict[int, dict]:
-    """The jobs as tasks of Slurm job arrays. `address`: the `--slurm` options (parse_options)."""
-    options = dict(address or {})
-    folder = Path(jobs[0].run_dir).parent / SUBMITIT_DIR / new_run_id()
-    folder.mkdir(parents=True, exist_ok=True)
-    executor = _executor(folder, options, workers)
-    stop_file = folder / STOP_FILE
-    tasks = [SeedTask(job, str(stop_file)) for job in jobs]
-    pending, active, done = list(range(len(jobs))), {}, {}
-    seen: dict[int, tuple[int, float]] = {}  # job -> (step, when) of its last progress
-    stopping = [0]
+class SlurmPool(Pool):
+    """Seeds as tasks of Slurm job arrays through submitit; their progress read from their own
+    metrics.csv (the seeds run elsewhere), a stop asked through a file they poll."""
 
-    def on_signal(signum, frame):
-        stopping[0] += 1
-        stop_file.touch()
-        if stopping[0] > 1:  # second signal: cancel the jobs
+    def __init__(self, jobs: list[SeedJob], display: Display, options: dict, workers: int):
+        folder = Path(jobs[0].run_dir).parent / SUBMITIT_DIR / new_run_id()
+        folder.mkdir(parents=True, exist_ok=True)
+        self.executor = _executor(folder, options, workers)
+        self.stop_file = folder / STOP_FILE
+        self.jobs, self.display = jobs, display
+        self.tasks = [SeedTask(job, str(self.stop_file)) for job in jobs]
+        self.seen: dict[int, tuple[int, float]] = {}  # job -> (step, when) of its last progress
+
+    def submit_all(self, indices):
+        if self.executor.cluster != "slurm":
+            return {}
+        # one array; Slurm runs at most `workers` at once
+        array = self.executor.submit_array([self.tasks[i] for i in indices])
+        return dict(zip(indices, array, strict=True))
+
+    def submit(self, i: int):
+        return self.executor.submit(self.tasks[i])
+
+    def ended(self, active):
+        time.sleep(POLL_S)
+        out = []
+        for i, job in active.items():
+            _show_progress(self.display, i, self.jobs[i], self.seen)
+            if not job.done():
+                continue
+            why = None
+            try:
+                job.result()
+            except Exception as e:  # noqa: BLE001 — a failed task is recorded, not raised
+                lines = [x for x in str(e).strip().splitlines() if x.strip()]
+                why = f"the Slurm task failed: {lines[-1] if lines else type(e).__name__}"
+            out.append((i, why))
+        return out
+
+    def stop(self, first: bool, active) -> None:
+        self.stop_file.touch()
+        if not first:  # second signal: cancel the jobs
             for job in active.values():
                 with contextlib.suppress(Exception):
                     job.cancel(check=False)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        if executor.cluster == "slurm":  # one array; Slurm runs at most `workers` at once
-            for i, job in zip(pending, executor.submit_array(tasks), strict=True):
-                active[i] = job
-                display.update(i, step=0, status="queued")
-            pending = []
-        while pending or active:
-            while pending and len(active) < workers and not stopping[0]:
-                i = pending.pop(0)
-                active[i] = executor.submit(tasks[i])
-                display.update(i, step=0, status="running")
-            if not active:
-                break
-            if should_stop is not None and not stopping[0] and should_stop():
-                on_signal(signal.SIGTERM, None)
-            time.sleep(POLL_S)
-            for i, job in list(active.items()):
-                _show_progress(display, i, jobs[i], seen)
-                if not job.done():
-                    continue
-                del active[i]
-                why = None
-                try:
-                    job.result()
-                except Exception as e:  # noqa: BLE001 — a failed task is recorded, not raised
-                    lines = [x for x in str(e).strip().splitlines() if x.strip()]
-                    why = f"the Slurm task failed: {lines[-1] if lines else type(e).__name__}"
-                done[i] = final_status(jobs[i], None, why=why)
-                display.finished(i, done[i])
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-    return done
+
+def run_jobs_slurm(
+    jobs: list[SeedJob], workers: int, display: Display, address=None, should_stop=None
+) -> dict[int, dict]:
+    """The jobs as tasks of Slurm job arrays. `address`: the `--slurm` options (parse_options)."""
+    pool = SlurmPool(jobs, display, dict(address or {}), workers)
+    return complete(jobs, workers, display, should_stop, pool)
 
 
 def _show_progress(display: Display, i: int, job: SeedJob, seen: dict) -> None:

@@ -1,7 +1,8 @@
-"""What TD3 and SAC (and DDPG, TD3 without its fixes) share in what they accept: the settings of a
-replay actor-critic with one meaning and one default (`Settings`, which each one's `Config`
-extends, with its own default where its reference differs — TD3's learning_starts and γ — and
-its own words where the setting does more: SAC's lr and τ).
+"""What the off-policy algorithms share in what they accept: the settings of a replay learner
+with one meaning and one default (`Settings`, which the `Config` of TD3, SAC, DDPG (TD3 without
+its fixes) and DQN extends, with its own default where its reference differs — TD3's
+learning_starts and γ, DQN's rl-zoo schedule and hard target copies — and its own words where
+the setting does more: SAC's lr and τ).
 
 Kept apart from `algos/offpolicy.py` (their shared loop, which imports torch) for the reason
 every settings module is (`settings/__init__.py`). Not an algorithm: the registry lists it
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 
 @dataclass
 class Settings:
-    """The settings TD3 and SAC share: the networks, the replay buffer, when and how much to
-    train (`offpolicy.train`), the discount and the target networks' rate."""
+    """The settings the off-policy learners share: the networks, the replay buffer, when and how
+    much to train (`offpolicy.train`), the discount and the target networks' rate."""
 
     hidden: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the actor and of each critic"""
