@@ -41,7 +41,7 @@ def test_unknown_key_lists_valid_keys_and_suggests():
         ("lr", "fast", "not a number"),
         ("epochs", "2.5", "not an integer"),
         ("norm_obs", "maybe", "boolean"),
-        ("lr", "-1", "lr must be > 0"),
+        ("lr", "-1", "lr must be >= 1e-10"),
         ("gamma", "1.5", "gamma must be in (0, 1]"),
         ("eval_episodes", "0", "eval_episodes must be in [1, 10000]"),
         ("device", "tpu", "device must be cpu or cuda"),

@@ -1042,3 +1042,45 @@ def test_agreement_with_the_true_reward_leaves_out_the_pairs_it_calls_equal():
     times = [a("left", 1, 0, t) for t in (0.0, 10.0, 20.0)]
     assert pace(times, now=20.0) == pytest.approx(6.0)  # 2 answers in 20 s
     assert pace(times, now=40.0) == pytest.approx(3.0)  # stopped answering: the pace falls
+
+
+@pytest.mark.parametrize(
+    ("act_space", "heads", "use_actions"),
+    [
+        (gym.spaces.Discrete(5), False, True),
+        (gym.spaces.Discrete(5), True, True),
+        (gym.spaces.Box(-2, 2, (3,), np.float32), False, True),
+        (gym.spaces.Discrete(5), False, False),
+    ],
+)
+def test_the_numpy_snapshot_gives_the_members_rewards(act_space, heads, use_actions):
+    """A snapshot of MLP members computes the policy's reward in NumPy (the hot path of every
+    env step): the torch members' numbers up to float32 rounding, absorbed steps included."""
+    from backflip.prefs.reward_model import RewardModel
+
+    rng = np.random.default_rng(0)
+    model = RewardModel(
+        gym.spaces.Box(-np.inf, np.inf, (6,), np.float32),
+        act_space,
+        members=3,
+        reward_std=0.7,
+        rng=rng,
+        action_heads=heads,
+        use_actions=use_actions,
+    )
+    obs = rng.normal(2, 3, (40, 6)).astype(np.float32)
+    model.observe(obs)
+    with torch.no_grad():
+        for net in model.nets:
+            for p in net.parameters():
+                p.normal_(0, 0.5)
+    act = np.stack([act_space.sample() for _ in range(40)])
+    absorbing = rng.random(40) < 0.3
+    model.calibrate(obs, act, absorbing=absorbing)
+    expected = model.reward(obs, act, absorbing)  # the torch members
+    snap = model.snapshot()
+    assert snap.fused is not None
+    got = snap.reward(obs, act, absorbing)
+    assert np.allclose(got, expected, rtol=1e-4, atol=1e-5)
+    assert np.allclose(snap.raw_rewards(obs, act, absorbing), model.raw_rewards(obs, act, absorbing),
+                       rtol=1e-4, atol=1e-5)  # fmt: skip

@@ -464,9 +464,8 @@ class RewardModel:
         if act is None:
             act = np.zeros(len(obs), np.int64)
         fused = getattr(self, "fused", None)
-        if fused is not None:
-            o, a = self.encode(obs, act)
-            return self.absorbed(fused(o, a), absorbing).numpy()
+        if fused is not None:  # a snapshot's MLPs, in NumPy
+            return fused(obs, act, absorbing)
         return self.absorbed(self.raw_outputs(obs, act), absorbing).numpy()
 
     def member_rewards(self, obs: np.ndarray, act: np.ndarray, absorbing=None) -> np.ndarray:
@@ -476,6 +475,9 @@ class RewardModel:
 
     def reward(self, obs: np.ndarray, act: np.ndarray, absorbing=None) -> np.ndarray:
         """The reward the policy sees: reward_std · mean over members of normalized r̂_k."""
+        fused = getattr(self, "fused", None)
+        if fused is not None:  # a snapshot of MLPs: NumPy, one product (the hot path)
+            return fused.reward(obs, act, absorbing)
         return self.reward_std * self.member_rewards(obs, act, absorbing).mean(0)
 
     def progress(
@@ -524,7 +526,7 @@ class RewardModel:
         twin.obs_rms = copy.deepcopy(self.obs_rms)
         twin.out_mean, twin.out_std = self.out_mean.copy(), self.out_std.copy()
         twin.diff_scale = self.diff_scale.copy()
-        twin.fused = None if twin.nets[0].image else FusedMLP(twin.nets)
+        twin.fused = None if twin.nets[0].image else NumpyEnsemble(twin)
         twin._fused = (twin.updates, FusedCNN(twin.nets)) if twin.image else None
         twin._stats_cache = None
         return twin
@@ -551,6 +553,76 @@ class RewardModel:
         self.diff_scale = np.array(state.get("diff_scale", state["out_std"]))
         self.updates = int(state["updates"])
         self._fused = None
+
+
+class NumpyEnsemble:
+    """A snapshot's MLP members, its input normalization and its absorbing-state values, in
+    NumPy (inference only): the policy's reward on every env step of one to a few env copies,
+    and the relabeling of replay buffers. For a handful of rows, torch's per-call overhead cost
+    more than the arithmetic: the reward of one step through `FusedMLP` and `encode` was ~10x
+    this (benchmarks/prefs_overhead.py). The same numbers as the torch members up to float32
+    rounding (tested)."""
+
+    def __init__(self, model: RewardModel):
+        layers = [[m for m in net.body if isinstance(m, nn.Linear)] for net in model.nets]
+        self.weights = [
+            np.stack([ls[i].weight.detach().numpy().T for ls in layers]).astype(np.float32)
+            for i in range(len(layers[0]))
+        ]  # (members, in, out)
+        self.biases = [
+            np.stack([ls[i].bias.detach().numpy() for ls in layers])[:, None, :].astype(np.float32)
+            for i in range(len(layers[0]))
+        ]
+        self.absorb = np.array([float(net.absorb.detach()) for net in model.nets], np.float32)
+        # the policy's reward, reward_std · mean_k (r̂_k − μ_k) / σ_k, as scale · r̂ − offset
+        members = len(model.nets)
+        self.scale = (model.reward_std / (members * np.asarray(model.out_std))).astype(np.float64)
+        self.offset = float(np.dot(self.scale, model.out_mean))
+        self.heads, self.use_actions = model.heads, model.use_actions
+        self.discrete, self.act_dim = model.discrete, model.act_dim
+        self.obs_dim = int(np.prod(model.obs_shape))
+        self.mean = np.asarray(model.obs_rms.mean, np.float64).reshape(-1)
+        self.inv_std = 1 / np.sqrt(np.asarray(model.obs_rms.var, np.float64).reshape(-1) + 1e-8)
+        if not self.discrete:
+            space = model.act_space
+            self.low = np.asarray(space.low, np.float64).reshape(-1)
+            self.high = np.asarray(space.high, np.float64).reshape(-1)
+
+    def reward(self, obs, act, absorbing=None) -> np.ndarray:
+        """The policy's reward for N steps (`RewardModel.reward`), in one matrix product over
+        the members' raw outputs."""
+        return self.scale @ self(obs, act, absorbing) - self.offset
+
+    def __call__(self, obs, act, absorbing=None) -> np.ndarray:
+        """(members, N) raw outputs for N steps' raw observations and actions."""
+        o = np.asarray(obs).reshape(-1, self.obs_dim)
+        x = (o - self.mean) * self.inv_std
+        x = np.minimum(np.maximum(x, -5, out=x), 5, out=x).astype(np.float32)
+        n = len(x)
+        onehot = None
+        if self.use_actions:
+            if self.discrete:
+                onehot = np.zeros((n, self.act_dim), np.float32)
+                onehot[np.arange(n), np.asarray(act, np.int64).reshape(-1)] = 1.0
+                a = onehot
+            else:
+                raw = np.asarray(act, np.float64).reshape(n, -1)
+                a = 2 * (np.clip(raw, self.low, self.high) - self.low) / (self.high - self.low) - 1
+                a = a.astype(np.float32)
+            if not self.heads:
+                x = np.concatenate([x, a], 1)
+        h = x[None]
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = h @ w + b
+            if i < last:
+                h = np.maximum(h, 0.01 * h)  # LeakyReLU(0.01)
+        out = (h * onehot[None]).sum(-1) if self.heads else h[..., 0]
+        if absorbing is not None:
+            mask = np.asarray(absorbing, bool).reshape(-1)
+            if mask.any():
+                out = np.where(mask[None], self.absorb[:, None], out)
+        return out.astype(np.float64)
 
 
 class FusedMLP:
