@@ -765,6 +765,9 @@ class PairSet:
         self.weights = np.zeros((0, members))
         self.segments: dict[int, tuple] = {}  # id -> (StackedFrames, actions, absorbing)
         self._known: dict[int, tuple[bool, np.ndarray]] = {}  # query id -> (val?, weights)
+        # vector observations: every pair's arrays side by side, (pairs, 2, L, ...), built at
+        # each sync, so that a minibatch is one index instead of a stack of 2B small arrays
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
 
     def __len__(self) -> int:
         return len(self.query_ids)
@@ -799,7 +802,32 @@ class PairSet:
         live = set(self.left) | set(self.right)
         for sid in [s for s in self.segments if s not in live]:
             del self.segments[sid]
+        self._arrays = self._side_by_side()
         return new
+
+    def _side_by_side(self):
+        """(obs, actions, absorbing or None) of every pair, (pairs, 2, L, ...), for vector
+        observations of equal-length segments (frames are kept per segment: 3,000 Atari pairs
+        side by side would be gigabytes)."""
+        if not self.left:
+            return None
+        first = self.segments[self.left[0]]
+        if first[0].frames is not None or np.ndim(first[0].raw) != 2:
+            return None
+        pairs = list(zip(self.left, self.right, strict=True))
+        try:
+            obs = np.stack([[self.segments[a][0].raw, self.segments[b][0].raw] for a, b in pairs])
+            act = np.stack([[self.segments[a][1], self.segments[b][1]] for a, b in pairs])
+        except ValueError:  # segments of different lengths (an imported run's)
+            return None
+        length = obs.shape[2]
+        masks = [(self.segments[a][2], self.segments[b][2]) for a, b in pairs]
+        absorbing = None
+        if any(m is not None for pair in masks for m in pair):
+            absorbing = np.array(
+                [[np.zeros(length, bool) if m is None else m for m in pair] for pair in masks]
+            )
+        return obs, act, absorbing
 
     @property
     def train(self) -> np.ndarray:
@@ -814,6 +842,15 @@ class PairSet:
         `idx`, encoded by `model`; with `stride` > 1 only steps offset, offset + stride, ... of
         each segment. `absorbing` is None when no step of the batch was absorbed."""
         steps = slice(offset, None, stride)
+        if self._arrays is not None:  # vectors: one index into the pairs side by side
+            all_obs, all_act, all_absorbing = self._arrays
+            idx = np.asarray(idx)
+            o, a = model.encode(all_obs[idx][:, :, steps], all_act[idx][:, :, steps])
+            absorbing = None
+            if all_absorbing is not None:
+                chosen = all_absorbing[idx][:, :, steps]
+                absorbing = torch.as_tensor(chosen) if chosen.any() else None
+            return o, a, torch.as_tensor(self.mu[idx]), absorbing
         obs = np.stack(
             [
                 np.stack(

@@ -1,0 +1,75 @@
+"""What learning from preferences costs over the same algorithm on the true reward: agent steps
+per second of `backflip prefs train` against `backflip train`, side by side on one env, the
+runs alternating so that a machine's drift falls on both (issue: "preference runs nearly free").
+
+Each pair: the algorithm on the true reward, then from preferences (synthetic labels, the
+settings derived from the env, `--labels`), one seed, one worker; the figures are each seed's
+own (status.json): steps/s over its training (`sps`, evaluation left out), and steps over its
+whole wall time (random clips, pretraining and evaluation included).
+
+    python benchmarks/prefs_overhead.py [--env HalfCheetah-v5] [--algo ppo] [--steps 50000]
+                                         [--labels 300] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run(args: list[str], home: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "backflip", *args, "--home", str(home), "--seeds", "1",
+         "--workers", "1", "--no-progress", "--json"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    seed = json.loads(out)["seeds"][0]
+    return {
+        "sps": seed["sps"],
+        "wall_sps": seed["steps"] / seed["wall_s"],
+        "wall_s": seed["wall_s"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--env", default="HalfCheetah-v5")
+    ap.add_argument("--algo", default="ppo")
+    ap.add_argument("--steps", type=int, default=50_000)
+    ap.add_argument("--labels", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args()
+    sets = [x for kv in args.set for x in ("--set", kv)]
+    common = ["--env", args.env, "--steps", str(args.steps), *sets]
+    home = Path(tempfile.mkdtemp(prefix="prefs-overhead-"))
+    plain, prefs = [], []
+    t0 = time.time()
+    for i in range(args.repeats):
+        plain.append(run(["train", args.algo, *common], home))
+        prefs.append(
+            run(["prefs", "train", args.algo, *common, "--labels", str(args.labels)], home)
+        )
+        print(
+            f"pair {i + 1}: true reward {plain[-1]['sps']:,.0f} steps/s "
+            f"({plain[-1]['wall_s']:.0f} s), preferences {prefs[-1]['sps']:,.0f} steps/s "
+            f"({prefs[-1]['wall_s']:.0f} s)",
+            flush=True,
+        )
+    med = {k: statistics.median for k in ("sps", "wall_sps")}
+    ratio = {k: med[k]([p[k] for p in prefs]) / med[k]([p[k] for p in plain]) for k in med}
+    print(
+        f"{args.algo} on {args.env}, {args.steps:,} steps, {args.labels} labels, "
+        f"{args.repeats} pairs in {time.time() - t0:.0f} s: preferences / true reward = "
+        f"{ratio['sps']:.2f} in training steps/s, {ratio['wall_sps']:.2f} over the whole wall time"
+    )
+
+
+if __name__ == "__main__":
+    main()
