@@ -140,36 +140,45 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
     todo = []
     for name in names:
         true, pref, notes = configs(name, args, home)
-        todo.append((name, true, pref, notes, done_true(results, true)))
+        done = done_true(results, true) or finished_in(home, true)
+        todo.append((name, true, pref, notes, done, finished_in(home, pref)))
     # longest first: the pool stays full to the end
     todo.sort(key=lambda t: -t[2].steps * (3 if "MinAtar" in t[2].env_id else 1))
     cfgs, labels, notes, tags = [], [], [], []
-    for name, true, pref, said, done in todo:
-        cfgs.append(pref)
-        labels.append(f"{name} prefs")
-        notes.append(said)
-        tags.append(["prefs-user-envs", name, "prefs"])
+    for name, true, pref, said, done, pref_done in todo:
+        if pref_done is None:  # a finished run of a killed invocation is reused
+            cfgs.append(pref)
+            labels.append(f"{name} prefs")
+            notes.append(said)
+            tags.append(["prefs-user-envs", name, "prefs"])
         if done is None:  # the same true-reward run of another invocation is reused
             cfgs.append(true)
             labels.append(f"{name} true")
             notes.append([])
             tags.append(["prefs-user-envs", name, "true"])
     t0 = time.time()
-    records = launch_runs(
-        cfgs,
-        home,
-        ["python", "benchmarks/prefs_user_envs.py", *sys.argv[1:]],
-        messages=[f"prefs-user-envs: {label}" for label in labels],
-        workers=args.workers,
-        progress=not args.no_progress,
-        tags=tags,
-        labels=labels,
-        notes=notes,
+    records = (
+        launch_runs(
+            cfgs,
+            home,
+            ["python", "benchmarks/prefs_user_envs.py", *sys.argv[1:]],
+            messages=[f"prefs-user-envs: {label}" for label in labels],
+            workers=args.workers,
+            progress=not args.no_progress,
+            tags=tags,
+            labels=labels,
+            notes=notes,
+        )
+        if cfgs
+        else []
     )
     by_label = dict(zip(labels, records, strict=True))
-    for name, _, pref, said, done in todo:
-        pref_rec = load_run(Path(by_label[f"{name} prefs"]["dir"]))
+    for name, _, pref, said, done, pref_done in todo:
+        pref_rec = load_run(Path((pref_done or by_label[f"{name} prefs"])["dir"]))
         true_rec = load_run(Path((done or by_label[f"{name} true"])["dir"]))
+        if pref_rec["status"] != "finished" or true_rec["status"] != "finished":
+            print(f"{name}: not recorded (runs {pref_rec['status']}, {true_rec['status']})")
+            continue
         env_id = pref.env_id
         r_random = random_return(env_id)
         true_rets = [r for r in per_seed(true_rec) if r is not None]
@@ -222,6 +231,28 @@ def done_true(results: dict, true) -> dict | None:
             continue
         if record["config"] == true.to_dict() and record["status"] == "finished":
             return {"dir": record["dir"]}
+    return None
+
+
+def finished_in(home: Path, config) -> dict | None:
+    """A finished run in `home` with exactly this config, as {"dir": ...}, else None: an
+    invocation that was killed part-way reuses what it had finished."""
+    from backflip.config import TrainConfig
+    from backflip.runs.archive import load_run, run_dirs
+
+    def plain(c) -> str:  # read back through the config: keys added since take their defaults
+        return json.dumps(
+            TrainConfig.from_dict(c).to_dict() if isinstance(c, dict) else c.to_dict()
+        )
+
+    want = plain(config)
+    for run_dir in sorted(run_dirs(home), reverse=True):
+        try:
+            record = load_run(run_dir)
+            if record["status"] == "finished" and plain(record["config"]) == want:
+                return {"dir": record["dir"]}
+        except Exception:  # noqa: BLE001 — a damaged or older record is not reused
+            continue
     return None
 
 
