@@ -82,13 +82,13 @@ def _show_setting_warnings() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    _show_setting_warnings()
-    try:
+    try:  # a Ctrl-C while the arguments are parsed is as quiet as one during the command
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 0
+        _show_setting_warnings()
         return int(args.func(args) or 0)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

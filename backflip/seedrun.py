@@ -117,6 +117,9 @@ class SeedRun:
         self.stopping = False  # set by a signal, by reaching `target_return` or `max_wall_s`
         self.solved = False
         self.timed_out = False  # stopped by `max_wall_s`: finishes like the end of the budget
+        # the final evaluation ran: the seed is finished even if a stop request lands after it
+        # began (it would be `interrupted`, and a resume would evaluate and log it twice)
+        self.completed = False
         self.result: dict = {}
         self._on_row, self._on_warning, self._on_status = on_row, on_warning, on_status
         self._on_result = on_result
@@ -451,6 +454,7 @@ class SeedRun:
         if not self.stopping or self.timed_out:
             self.evaluate(step, act, final=True)
             self.tel.dump(step)
+            self.completed = True
         elif self.tel.pending():
             # interrupted between two metrics rows: flush what was stored since the last one as
             # a row now (nothing is lost), while the checkpoint keeps it un-flushed so that a

@@ -309,6 +309,44 @@ def test_a_dead_launcher_is_finalized_from_its_seeds_not_left_running(home):
     assert seed["status"] == "interrupted" and seed["error"] == "not started: its launcher died"
 
 
+def test_a_run_found_hours_after_its_machine_went_down_lasted_until_its_last_write(home):
+    """The seeds of a dead launcher end when they last wrote, not when someone lists the runs."""
+    import json as _json
+    import socket
+    import time as _time
+
+    from backflip.config import resolve
+    from backflip.runs.layout import METRICS, STATUS
+    from backflip.runs.records import create_run
+
+    cfg = resolve("ppo", "CartPole-v1", [0], 1000)
+    run_dir, _record = create_run(home, cfg.to_dict(), ["backflip", "train"], "machine went down")
+    rec = _json.loads((run_dir / "run.json").read_text())
+    rec["pid"] = 2**22 + 12345
+    (run_dir / "run.json").write_text(_json.dumps(rec))
+    folder = run_dir / "seeds" / "0"
+    folder.mkdir(parents=True, exist_ok=True)
+    down = _time.time() - 3 * 3600  # the machine went down three hours ago, 60 s into the run
+    started = _time.strftime("%Y-%m-%dT%H:%M:%S+00:00", _time.gmtime(down - 60))
+    (folder / STATUS).write_text(
+        _json.dumps(
+            {"seed": 0, "status": "running", "pid": 2**22 + 12346, "host": socket.gethostname(),
+             "started": started}
+        )
+    )  # fmt: skip
+    (folder / METRICS).write_text(f"step,wall,name,value\n512,{down},train/loss,1.0\n")
+    for path in (folder / STATUS, folder / METRICS):
+        os.utime(path, (down, down))
+    rec = _json.loads((run_dir / "run.json").read_text())
+    rec["created"] = started
+    (run_dir / "run.json").write_text(_json.dumps(rec))
+    record = load_run(run_dir)
+    seed = record["seeds"][0]
+    assert record["status"] == "failed" and seed["steps"] == 512
+    assert abs(seed["wall_s"] - 60) < 2
+    assert 55 < record["duration_s"] < 65, record["duration_s"]  # not three hours
+
+
 @pytest.mark.skipif(not os.path.exists("/proc"), reason="needs /proc")
 def test_tensorboard_event_files_match_the_metrics_table(cli, home):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -28,7 +28,7 @@ from backflip.launch.job import SeedJob, last_checkpoint
 from backflip.runs import index
 from backflip.runs.archive import load_run, now_iso, pid_alive, read_record, run_lock, write_record
 from backflip.runs.layout import seed_dir
-from backflip.runs.records import finalize_run
+from backflip.runs.records import finalize_run, held_signals
 
 
 def resume_jobs(run_dir: Path) -> tuple[dict, list[SeedJob], dict[int, int | None]]:
@@ -133,7 +133,8 @@ def resume_run(
     try:
         run_jobs(jobs, min(workers, len(jobs)), progress, backend=backend, address=address)
     finally:
-        final = finalize_run(home, run_dir, started, previous_duration)
+        with held_signals():
+            final = finalize_run(home, run_dir, started, previous_duration)
     # what the run's summary says is refreshed with it: the doctor reads the resumed seeds
     final["findings"] = diagnose_finished(run_dir)
     return final

@@ -36,7 +36,7 @@ from backflip.launch.local import run_jobs_local, start_server
 from backflip.launch.ray import run_jobs_ray
 from backflip.launch.slurm import run_jobs_slurm
 from backflip.runs.archive import is_enospc
-from backflip.runs.records import create_run, finalize_run
+from backflip.runs.records import create_run, finalize_run, held_signals
 
 BACKENDS = {
     "local": run_jobs_local,
@@ -150,8 +150,9 @@ def launch_runs(
             address=address,
             should_stop=should_stop,
         )
-    finally:  # even if the launcher itself fails, every run gets an outcome
-        records = [finalize_run(home, d, started) for d in run_dirs]
+    finally:  # even if the launcher itself fails, every run gets an outcome, a Ctrl-C or not
+        with held_signals():
+            records = [finalize_run(home, d, started) for d in run_dirs]
     for record, run_dir in zip(records, run_dirs, strict=True):
         record["findings"] = diagnose_finished(run_dir)
     return records

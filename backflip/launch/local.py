@@ -74,12 +74,17 @@ def run_jobs_local(
     try:
         while pending or active:
             while pending and len(active) < workers and not stopping:
+                server.wait_ready()  # a cold server imports torch first: a stop meanwhile
+                if stopping:  # starts nothing (a seed forked after it was never told)
+                    break
                 i = pending.pop(0)
                 reader, writer = Pipe(duplex=False)
                 proc = warm.WarmProcess(server, _child, jobs[i], writer.fileno())
                 writer.close()
                 active[i] = (proc, reader)
                 display.update(i, step=0, status="running")
+                if stopping and proc.pid:  # the request came while it was being forked
+                    os.kill(proc.pid, signal.SIGTERM)
             if stopping and not active:
                 break
             if should_stop is not None and not stopping and should_stop():

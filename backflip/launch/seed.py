@@ -215,11 +215,14 @@ def train_one(
         if handle_signals:
             signal.signal(signal.SIGINT, stop)
             signal.signal(signal.SIGTERM, stop)
+            # a seed forked by the warm server starts with these blocked (`warm._handle`): a
+            # request that came before this line is delivered to `stop` now
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
         if cfg.kind == "prefs":  # the policy trains on a learned reward
             train_seed(cfg, run)
         else:
             spec.train(cfg.hp, run)
-        stopped = run.stopping and not (run.solved or run.timed_out)
+        stopped = run.stopping and not (run.solved or run.timed_out or run.completed)
         status["status"] = "interrupted" if stopped else "finished"
     except KeyboardInterrupt:
         status["status"] = "interrupted"

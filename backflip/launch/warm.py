@@ -35,6 +35,7 @@ import os
 import pickle
 import select
 import selectors
+import signal
 import socket
 import struct
 import subprocess
@@ -68,6 +69,7 @@ IMPORT_ENV += ("NVIDIA", "LD_", "GYM", "NUMPY", "SCIPY", "BACKFLIP_WARM_IDLE", "
 NOT_IMPORT_ENV = ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")
 ORIGINS = ("backflip", "torch", "gymnasium", "scipy", "numpy")
 MAX_SERVERS = 3
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 START_TIMEOUT_S = 300.0  # torch's import on a loaded 2-core machine: seconds, not minutes
 _HEADER = struct.Struct("!I")
 
@@ -258,7 +260,10 @@ def _spawn(address: str, idle: float, private: bool) -> subprocess.Popen:
     path = [_absolute(p) for p in sys.path]
     code = f"import sys; sys.path[:] = {path!r}; from backflip.launch.warm import main; main()"
     args = [address, str(idle), repr(origins()), str(os.getpid() if private else 0)]
-    log = open(Path(address).with_suffix(".log"), "w")
+    log_path = Path(address).with_suffix(".log")
+    with contextlib.suppress(OSError):  # a new file, not the old one truncated: a server this
+        log_path.unlink()  # one replaces (same name, code changed) tidies only its own (`tidy`)
+    log = open(log_path, "w")
     try:
         return subprocess.Popen(
             [sys.executable, "-c", code, *args],
@@ -500,11 +505,17 @@ def serve(address: str, idle: float, owner: int = 0) -> None:
 def tidy(address: str, private: bool) -> None:
     """What a server leaves in the socket folder when it exits: nothing of a private one (its
     command's: `BACKFLIP_WARM=0` would leave a lock and a log per command), and of a shared one
-    its log when nothing was written to it (its lock serializes the next start: kept)."""
-    base = Path(address)
+    its log when nothing was written to it (its lock serializes the next start: kept). Only its
+    own log: a server that replaced it under the same name (code changed) has a new one, still
+    empty while it imports."""
+    base, own_log = Path(address), None
+    with contextlib.suppress(OSError, ValueError):
+        own_log = os.fstat(sys.stderr.fileno()).st_ino  # the server writes to its log
     for suffix in (".log", ".lock") if private else (".log",):
         path = base.with_suffix(suffix)
         with contextlib.suppress(OSError):
+            if suffix == ".log" and path.stat().st_ino != own_log:
+                continue
             if private or path.stat().st_size == 0:
                 path.unlink()
 
@@ -525,9 +536,14 @@ def _handle(client, seen, children, sel, retire) -> None:
                 _send(client, {"refused": f"{changed} changed since the server imported it"})
                 return
             client.settimeout(None)
+            # the seed is born with stop requests blocked, and unblocks them once its handler
+            # is in place (`seed.run_seed`): a SIGTERM right after the fork is delivered late,
+            # not fatal (it ended seeds `failed: killed by SIGTERM`)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             pid = os.fork()
             if pid == 0:
                 _child_main(msg, fd, sel, client)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             pidfd = None
             if hasattr(os, "pidfd_open"):
                 pidfd = os.pidfd_open(pid)

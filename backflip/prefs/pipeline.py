@@ -353,7 +353,7 @@ class Pipeline:
             left = total
             while left > 0 and not self.run.stopping:
                 n = min(left, pcfg.round_updates)
-                self.train_round(n, one_update)
+                self.train_round(n, one_update, stopped=lambda: self.run.stopping)
                 left -= n
                 self.publish()
                 self.run.log(0)
@@ -464,9 +464,13 @@ class Pipeline:
         if self.frozen:
             return
         owed = int(self.cfg.rm_updates_per_kstep * self.step / 1000) - self.updates_done
-        while owed > 0 and not self.stop_event.is_set():
+
+        def stopped() -> bool:
+            return self.stop_event.is_set() or self.run.stopping
+
+        while owed > 0 and not stopped():
             n = min(owed, self.cfg.round_updates)
-            self.train_round(n)
+            self.train_round(n, stopped=stopped)
             owed -= n
             if len(self.pairs.train) == 0:
                 break
@@ -707,9 +711,11 @@ class Pipeline:
 
         return self.pairs.sync(rows, load)
 
-    def train_round(self, n: int, on_update=None) -> None:
+    def train_round(self, n: int, on_update=None, stopped=None) -> None:
         """`n` updates on the current labels, then validation, L2 adaptation, recalibration and
-        a new snapshot for the policy; `on_update()` after each update (progress)."""
+        a new snapshot for the policy; `on_update()` after each update (progress). A round
+        whose `stopped()` turns true ends after the update under way (a Ctrl-C during a long
+        pretraining takes effect within one update, not one round)."""
         self.refresh_pairs()
         if len(self.pairs.train) == 0 or n <= 0:
             return
@@ -718,7 +724,9 @@ class Pipeline:
             losses.append(self.model.train_step(self.pairs))
             if on_update is not None:
                 on_update()
-        self.updates_done += n
+            if stopped is not None and stopped():
+                break
+        self.updates_done += len(losses)
         cap = self.cfg.eval_pairs
         train_idx, val_idx = self.pairs.train, self.pairs.val
         if len(train_idx) > cap:

@@ -472,9 +472,10 @@ def heal(run_dir: Path, record: dict) -> dict:
             if any(seed_alive(s) for s in seeds):
                 return {**record, "seeds": seeds}
             ends = [_timestamp(s.get("ended")) for s in seeds]
-            end = max((t for t in ends if t), default=time.time())
             resumes = stored.get("resumes") or []
-            start = _timestamp(resumes[-1]["at"] if resumes else stored.get("created")) or end
+            start = _timestamp(resumes[-1]["at"] if resumes else stored.get("created"))
+            end = max((t for t in ends if t), default=start or time.time())
+            start = start or end
             stored["duration_s"] = (stored.get("duration_s") or 0.0) + max(0.0, end - start)
             stored["ended"] = datetime.fromtimestamp(end, UTC).isoformat(timespec="seconds")
             aggregate(stored, seeds)
@@ -537,6 +538,15 @@ def _timestamp(text: str | None) -> float | None:
         return None
 
 
+def _last_write(folder: Path) -> float | None:
+    """The latest modification time of a seed folder's files (its logs, metrics, status)."""
+    try:
+        times = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]
+    except OSError:
+        return None
+    return max(times, default=None)
+
+
 def close_dead_seed(run_dir: Path, status: dict, why: str | None = None) -> dict:
     """The outcome of a seed whose process is gone without recording one, written to its
     status.json: `failed` (with the steps and wall time its metrics.csv shows) for a seed that
@@ -551,7 +561,7 @@ def close_dead_seed(run_dir: Path, status: dict, why: str | None = None) -> dict
             "status": "interrupted",
             "steps": 0,
             "error": why or "not started: its launcher died",
-            "ended": now_iso(),
+            "ended": None if why is None else now_iso(),  # found later: no time of its own
         }
     elif status.get("status") in ("running", "waiting") and not seed_alive(status):
         status = dict(status)
@@ -566,7 +576,15 @@ def close_dead_seed(run_dir: Path, status: dict, why: str | None = None) -> dict
             "the seed's process died without recording an outcome "
             "(killed with its launcher, or the machine went down)"
         )
-        status.update(status="failed", ended=now_iso())
+        # ended when it last wrote anything, not when someone noticed (a run found hours
+        # after the machine went down said it had lasted those hours)
+        last = _last_write(folder) if why is None else None
+        ended = (
+            now_iso()
+            if last is None
+            else datetime.fromtimestamp(last, UTC).isoformat(timespec="seconds")
+        )
+        status.update(status="failed", ended=ended)
     else:
         return status
     write_json(folder / STATUS, status)

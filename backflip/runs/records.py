@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from backflip import jsonout
@@ -90,6 +93,27 @@ def _populate(home, run_dir, run_id, config, argv, message, rerun_of, tags, extr
     record["seeds"] = [{"seed": s, "status": "pending"} for s in config["seeds"]]
     index.upsert(home, record)
     return run_dir, record
+
+
+@contextmanager
+def held_signals():
+    """Ctrl-C and SIGTERM wait until the block is done, then reach the handler they would have
+    reached: a run's outcome is written whole even when the stop request lands while it is
+    written (a Ctrl-C after the last seed ended left the run unfinalized). Main thread only
+    (elsewhere signals cannot be handled and the block runs as is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if got:
+        signal.raise_signal(got[0])
 
 
 def finalize_run(home: Path, run_dir: Path, started: float, previous_s: float = 0.0) -> dict:
