@@ -142,6 +142,12 @@ def compare(a: Path, b: Path) -> str | None:
     return f"identical{added}" if added else None
 
 
+def _sps(seed: Path) -> float | None:
+    import json
+
+    return json.loads((seed / "status.json").read_text()).get("sps")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--before", required=True)
@@ -163,8 +169,13 @@ def main() -> None:
                 seeds[side] = run_case(tree, home, CASES[name], resumed=name.endswith("resumed"))
             diff = compare(seeds["before"], seeds["after"])
             same += diff is None or diff.startswith("identical")
-            print(f"{name:20s} {'identical' if diff is None else diff}  ({time.time() - t0:.0f} s)",
-                  flush=True)  # fmt: skip
+            sps = {side: _sps(seed) for side, seed in seeds.items()}
+            speed = ""
+            if sps["before"] and sps["after"]:  # training steps/s, run after run on one machine
+                speed = f"; steps/s {sps['before']:,.0f} -> {sps['after']:,.0f}"
+                speed += f" ({sps['after'] / sps['before']:.2f}x)"
+            print(f"{name:20s} {'identical' if diff is None else diff}  ({time.time() - t0:.0f} s"
+                  f"{speed})", flush=True)  # fmt: skip
     finally:
         for tree in trees.values():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],

@@ -33,6 +33,13 @@ TRAIN = [
 DELAYS = {"warm": np.linspace(0.0, 3.0, 10).round(2), "cold": np.linspace(0.0, 8.0, 10).round(2)}
 
 
+def _as_a_shell_starts_it():
+    """SIGINT at its default, as a shell starts a foreground job: a pytest-xdist worker ignores
+    SIGINT and its children inherit that, so Python would never raise KeyboardInterrupt in them
+    and a Ctrl-C before the launcher's own handler would be ignored (CI saw 4 such points)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(home, mode):
     env = cli_env(home)
     env["BACKFLIP_WARM"] = "1" if mode == "warm" else "0"
@@ -63,6 +70,7 @@ def test_a_ctrl_c_at_any_moment_ends_interrupted_and_resumes_identically(
         [sys.executable, "-m", "backflip", *TRAIN],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(home, mode),
         cwd=ROOT, start_new_session=True,  # its own process group, as a shell's foreground job
+        preexec_fn=_as_a_shell_starts_it,
     )  # fmt: skip
     time.sleep(delay)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
