@@ -158,7 +158,7 @@ def main() -> None:
     trees = {side: worktree(ref, where / side) for side, ref in (("before", args.before),
                                                                  ("after", args.after))}  # fmt: skip
     same = 0
-    names = args.cases.split(",")
+    names = list(dict.fromkeys(args.cases.split(",")))  # a case once: each has its own archive
     try:
         for name in names:
             t0 = time.time()
