@@ -387,3 +387,20 @@ def test_a_person_then_a_copy_of_them(home, cli):
               f"fitted:{run_id}/nobody", check=False)  # fmt: skip
     assert bad.returncode == 2 and "no answers of a person named 'nobody'" in bad.stderr
     json.dumps(keys)
+
+
+def test_moving_dots_render_is_the_dot_over_the_goal_cross_pixel_for_pixel():
+    """The render draws the goal once and copies it (a person's run renders every step): the
+    same pixels as drawing the dot and then the cross under it, wherever the dot is."""
+    from backflip.envs import moving_dot as md
+
+    env = md.MovingDot(obs="position", render_mode="rgb_array")
+    rng = np.random.default_rng(0)
+    corners = [[0, 0], [md.WIDTH - md.DOT, md.HEIGHT - md.DOT], list(md.CENTRE)]
+    spots = [*corners, *rng.integers(0, [md.WIDTH - md.DOT, md.HEIGHT - md.DOT], (300, 2))]
+    for pos in spots:
+        env.pos = np.asarray(pos, dtype=np.int64)
+        frame = env.render()
+        assert np.array_equal(frame, md.mark_goal(md.draw(env.pos))), pos
+        frame[:] = 0  # the caller's to change: the cached goal is not
+    assert (env.render() == md.GOAL).all(-1).sum() > 10
