@@ -289,18 +289,23 @@ def test_four_concurrent_launches_leave_a_consistent_index(home):
     assert sorted(r["id"] for r in index.query(home)) == sorted(r["id"] for r in rows)
 
 
-def test_a_dead_launcher_is_finalized_from_its_seeds_not_left_running(home):
+def _run_of_a_dead_launcher(home, message: str, **fields):
+    """A created run whose launcher was killed (its pid no longer exists), run.json's other
+    `fields` set as given; (run folder, record)."""
+    import json as _json
+
     from backflip.config import resolve
     from backflip.runs.records import create_run
 
     cfg = resolve("ppo", "CartPole-v1", [0], 1000)
-    run_dir, _record = create_run(home, cfg.to_dict(), ["backflip", "train"], "will die")
-    # pretend the launcher was killed: its pid no longer exists
-    import json as _json
-
-    rec = _json.loads((run_dir / "run.json").read_text())
-    rec["pid"] = 2**22 + 12345
+    run_dir, _record = create_run(home, cfg.to_dict(), ["backflip", "train"], message)
+    rec = {**_json.loads((run_dir / "run.json").read_text()), "pid": 2**22 + 12345, **fields}
     (run_dir / "run.json").write_text(_json.dumps(rec))
+    return run_dir, rec
+
+
+def test_a_dead_launcher_is_finalized_from_its_seeds_not_left_running(home):
+    run_dir, rec = _run_of_a_dead_launcher(home, "will die")
     index.upsert(home, {**rec, "seeds": []})
     # its seed never started: interrupted, and `backflip resume` starts it
     assert load_run(run_dir)["status"] == "interrupted"
@@ -315,19 +320,13 @@ def test_a_run_found_hours_after_its_machine_went_down_lasted_until_its_last_wri
     import socket
     import time as _time
 
-    from backflip.config import resolve
     from backflip.runs.layout import METRICS, STATUS
-    from backflip.runs.records import create_run
 
-    cfg = resolve("ppo", "CartPole-v1", [0], 1000)
-    run_dir, _record = create_run(home, cfg.to_dict(), ["backflip", "train"], "machine went down")
-    rec = _json.loads((run_dir / "run.json").read_text())
-    rec["pid"] = 2**22 + 12345
-    (run_dir / "run.json").write_text(_json.dumps(rec))
-    folder = run_dir / "seeds" / "0"
-    folder.mkdir(parents=True, exist_ok=True)
     down = _time.time() - 3 * 3600  # the machine went down three hours ago, 60 s into the run
     started = _time.strftime("%Y-%m-%dT%H:%M:%S+00:00", _time.gmtime(down - 60))
+    run_dir, _rec = _run_of_a_dead_launcher(home, "machine went down", created=started)
+    folder = run_dir / "seeds" / "0"
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / STATUS).write_text(
         _json.dumps(
             {"seed": 0, "status": "running", "pid": 2**22 + 12346, "host": socket.gethostname(),
@@ -337,9 +336,6 @@ def test_a_run_found_hours_after_its_machine_went_down_lasted_until_its_last_wri
     (folder / METRICS).write_text(f"step,wall,name,value\n512,{down},train/loss,1.0\n")
     for path in (folder / STATUS, folder / METRICS):
         os.utime(path, (down, down))
-    rec = _json.loads((run_dir / "run.json").read_text())
-    rec["created"] = started
-    (run_dir / "run.json").write_text(_json.dumps(rec))
     record = load_run(run_dir)
     seed = record["seeds"][0]
     assert record["status"] == "failed" and seed["steps"] == 512
