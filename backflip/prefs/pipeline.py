@@ -459,18 +459,19 @@ class Pipeline:
         with torch.inference_mode(False), torch.enable_grad():
             self.train_owed()
 
+    def rounds_stopped(self) -> bool:
+        """Reward-model rounds end: the worker is told to stop, or the seed is."""
+        return self.stop_event.is_set() or self.run.stopping
+
     def train_owed(self) -> None:
         """Reward-model rounds owed by the step clock (`rm_updates_per_kstep`)."""
         if self.frozen:
             return
         owed = int(self.cfg.rm_updates_per_kstep * self.step / 1000) - self.updates_done
 
-        def stopped() -> bool:
-            return self.stop_event.is_set() or self.run.stopping
-
-        while owed > 0 and not stopped():
+        while owed > 0 and not self.rounds_stopped():
             n = min(owed, self.cfg.round_updates)
-            self.train_round(n, stopped=stopped)
+            self.train_round(n, stopped=self.rounds_stopped)
             owed -= n
             if len(self.pairs.train) == 0:
                 break
