@@ -20,6 +20,40 @@ os.environ.setdefault("BACKFLIP_WARM_DIR", f"/tmp/backflip-warm-tests-{os.getuid
 os.environ.setdefault("BACKFLIP_WARM_IDLE", "120")
 
 
+# The files whose tests take longest (CI's `--durations`, summed per file), longest first. xdist
+# hands out whole files (`--dist loadfile`, for the module-scoped fixtures) in collection order:
+# collected alphabetically, the browser and learning files came last and one worker ran them
+# alone for the last quarter of an hour. Started first, they share the two workers, and the short
+# files fill in behind them. Unlisted files keep their order, after these.
+HEAVIEST_FIRST = [
+    "tests/test_learning_offpolicy.py",
+    "tests/test_learning_ppo.py",
+    "tests/ui/test_label_browser.py",
+    "tests/test_prefs.py",
+    "tests/test_doctor_runs.py",
+    "tests/test_learning_onpolicy.py",
+    "tests/test_prefs_config.py",
+    "tests/test_prefs_learning.py",
+    "tests/test_stop_anywhere.py",
+    "tests/test_probes.py",
+    "tests/test_resume.py",
+    "tests/test_ray_backend.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    if missing := [name for name in HEAVIEST_FIRST if not (ROOT / name).exists()]:
+        raise pytest.UsageError(f"tests/conftest.py: HEAVIEST_FIRST names no such file: {missing}")
+    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
+    order = {id(item): i for i, item in enumerate(items)}
+
+    def key(item):
+        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        return rank.get(path, len(rank)), order[id(item)]
+
+    items.sort(key=key)
+
+
 def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # the controller stops them, after every worker is done
