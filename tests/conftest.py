@@ -38,6 +38,7 @@ HEAVIEST_FIRST = [
     "tests/test_probes.py",
     "tests/test_resume.py",
     "tests/test_ray_backend.py",
+    "tests/ui/test_label_atari.py",
 ]
 
 

@@ -144,3 +144,86 @@ def test_a_person_sees_pong_in_colour_and_an_answer_made_offline_arrives_once(ho
         run.communicate()
     shot = ARTIFACTS / "label-pong.png"
     assert Path(shot).stat().st_size > 10_000
+
+
+def test_a_scripted_person_gives_100_answers_on_pong_clips_and_the_run_trains_on_them(home):
+    # the person: prefers the clip with the higher true return (points won minus points lost),
+    # "equal" on a tie, and is wrong on 10% of the pairs that differ (Ibarz et al. 2018: people
+    # made 5-10% mistakes); it reads the two clips' returns from the database, as a person reads
+    # them off the screen, and answers with the page's keys
+    from backflip.telemetry import read_metrics
+    from tests.ui.test_label_browser import ScriptedPerson
+
+    class PongPerson(ScriptedPerson):
+        def answer(self) -> bool:
+            qid = self.query()
+            if qid is None or self.page.evaluate("labelingBusy()"):
+                return False
+            left, right = (self.db.segment(s).true_return for s in self.db.pair(qid))
+            choice = "equal" if left == right else "left" if left > right else "right"
+            if choice != "equal" and self.rng.random() < self.error:
+                choice = "right" if choice == "left" else "left"
+                self.mistakes += 1
+            self.page.keyboard.press(self.KEYS[choice])
+            self.page.wait_for_function(
+                f"() => !labelingBusy() && document.body.dataset.query !== '{qid}'",
+                timeout=30_000,
+            )
+            self.answers += 1
+            return True
+
+    labels = 100
+    run = subprocess.Popen(
+        [sys.executable, "-m", "backflip", "prefs", "train", "ppo",
+         "--env", "PongNoFrameskip-v4", "--labeler", "human", "--seeds", "1", "--steps", "2048",
+         "--labels", str(labels), "--set", "prefs.initial_frac=1", "--set", "prefs.random_envs=2",
+         # 20 reward-CNN updates on the answers before the policy starts, not the preset's 150:
+         # each is ~1.3 s on a CPU, and the test is about the answers reaching the training
+         "--set", "prefs.pretrain_updates=20", "--no-progress", "--json"],
+        env=cli_env(home), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    server = Server(home)
+    try:
+        wait_for(lambda: any(home.glob("*/seeds/0/prefs.sqlite")), 180, "the run's database")
+        db_path = next(home.glob("*/seeds/0/prefs.sqlite"))
+        run_id = db_path.parents[2].name
+        db = PreferenceDB(db_path)
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{server.base}/label/{run_id}/0/")
+            page.fill("#name", "scripted")
+            page.click("#who button[type=submit]")
+            page.wait_for_selector("#board:not([hidden])")
+            person = PongPerson(page, db)
+            end = time.monotonic() + 900
+            while run.poll() is None and time.monotonic() < end:
+                if not person.answer():
+                    time.sleep(0.05)
+            assert not errors, errors
+            page.close()
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err[-3000:]
+        record = json.loads(out)
+        answers = [a for a in db.answers() if a["person"] == "scripted"]
+        counts = db.counts()
+        db.close()
+    finally:
+        server.stop()
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert record["status"] == "finished"
+    # 100 answers, all through the page, every one the person's
+    assert person.answers == len(answers) == labels == counts["labeled"] + counts["skipped"]
+    assert record["seeds"][0]["labels"] == counts["labeled"]
+    differ = [a for a in answers if a["left_true"] != a["right_true"]]
+    wrong = [a for a in differ if (a["choice"] == "left") != (a["left_true"] > a["right_true"])]
+    assert len(differ) >= 10, f"only {len(differ)} of {labels} pairs differed in points"
+    assert len(wrong) == person.mistakes  # what the database holds is what the person pressed
+    # and the run trained on them: reward-model updates on those labels, then the policy on it
+    m = read_metrics(db_path.parent / "metrics.csv")
+    assert m["prefs/labels"][1][-1] == counts["labeled"]
+    assert m["reward_model/updates"][1][-1] >= 20
+    assert record["seeds"][0]["steps"] == 2048
