@@ -152,25 +152,10 @@ def test_a_scripted_person_gives_100_answers_on_pong_clips_and_the_run_trains_on
     # made 5-10% mistakes); it reads the two clips' returns from the database, as a person reads
     # them off the screen, and answers with the page's keys
     from backflip.telemetry import read_metrics
-    from tests.ui.test_label_browser import ScriptedPerson
+    from tests.ui.test_label_browser import ScriptedPerson, open_labeling
 
-    class PongPerson(ScriptedPerson):
-        def answer(self) -> bool:
-            qid = self.query()
-            if qid is None or self.page.evaluate("labelingBusy()"):
-                return False
-            left, right = (self.db.segment(s).true_return for s in self.db.pair(qid))
-            choice = "equal" if left == right else "left" if left > right else "right"
-            if choice != "equal" and self.rng.random() < self.error:
-                choice = "right" if choice == "left" else "left"
-                self.mistakes += 1
-            self.page.keyboard.press(self.KEYS[choice])
-            self.page.wait_for_function(
-                f"() => !labelingBusy() && document.body.dataset.query !== '{qid}'",
-                timeout=30_000,
-            )
-            self.answers += 1
-            return True
+    def points(db: PreferenceDB, segment: int) -> float:
+        return db.segment(segment).true_return
 
     labels = 100
     run = subprocess.Popen(
@@ -189,14 +174,8 @@ def test_a_scripted_person_gives_100_answers_on_pong_clips_and_the_run_trains_on
         run_id = db_path.parents[2].name
         db = PreferenceDB(db_path)
         with chromium() as browser:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{server.base}/label/{run_id}/0/")
-            page.fill("#name", "scripted")
-            page.click("#who button[type=submit]")
-            page.wait_for_selector("#board:not([hidden])")
-            person = PongPerson(page, db)
+            page, errors = open_labeling(browser, f"{server.base}/label/{run_id}/0/", "scripted")
+            person = ScriptedPerson(page, db, points)
             end = time.monotonic() + 900
             while run.poll() is None and time.monotonic() < end:
                 if not person.answer():

@@ -114,12 +114,13 @@ def end_distance(db: PreferenceDB, segment: int) -> float:
 
 
 class ScriptedPerson:
-    """Prefers the clip whose dot ends nearer the centre; wrong 10% of the time (seeded)."""
+    """Prefers the clip that `score(db, segment id)` puts higher ("equal" on a tie); wrong 10%
+    of the time on the pairs that differ (seeded). Answers with the page's keys."""
 
     KEYS: ClassVar[dict] = {"left": "ArrowLeft", "right": "ArrowRight", "equal": "ArrowUp"}
 
-    def __init__(self, page, db: PreferenceDB, error: float = 0.1, seed: int = 0):
-        self.page, self.db, self.error = page, db, error
+    def __init__(self, page, db: PreferenceDB, score, error: float = 0.1, seed: int = 0):
+        self.page, self.db, self.score, self.error = page, db, score, error
         self.rng = np.random.default_rng(seed)
         self.answers = 0
         self.mistakes = 0
@@ -133,8 +134,8 @@ class ScriptedPerson:
         qid = self.query()
         if qid is None or self.page.evaluate("labelingBusy()"):
             return False
-        left, right = (end_distance(self.db, s) for s in self.db.pair(qid))
-        choice = "equal" if left == right else "left" if left < right else "right"
+        left, right = (self.score(self.db, s) for s in self.db.pair(qid))
+        choice = "equal" if left == right else "left" if left > right else "right"
         if choice != "equal" and self.rng.random() < self.error:
             choice = "right" if choice == "left" else "left"
             self.mistakes += 1
@@ -144,6 +145,11 @@ class ScriptedPerson:
         )
         self.answers += 1
         return True
+
+
+def nearer_the_centre(db: PreferenceDB, segment: int) -> float:
+    """MovingDot's person: the clip whose dot ends nearer the centre is better."""
+    return -end_distance(db, segment)
 
 
 def random_policy_return(env_id: str, episodes: int = 10) -> float:
@@ -184,7 +190,7 @@ def test_a_scripted_person_trains_moving_dot_through_the_page(home, browser):
         run_id = folder.parents[1].name
         db = PreferenceDB(folder / "prefs.sqlite")
         page, errors = open_labeling(browser, f"{server.base}/label/{run_id}/0/", "scripted")
-        person = ScriptedPerson(page, db)
+        person = ScriptedPerson(page, db, nearer_the_centre)
         assert "move the dot to the centre" in page.inner_text("#task")
         paused_checked = False
         while person_run.poll() is None:
