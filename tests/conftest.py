@@ -21,10 +21,11 @@ os.environ.setdefault("BACKFLIP_WARM_IDLE", "120")
 
 
 # The files whose tests take longest (CI's `--durations`, summed per file), longest first. xdist
-# hands out whole files (`--dist loadfile`, for the module-scoped fixtures) in collection order:
-# collected alphabetically, the browser and learning files came last and one worker ran them
-# alone for the last quarter of an hour. Started first, they share the two workers, and the short
-# files fill in behind them. Unlisted files keep their order, after these.
+# hands out whole files (`--dist loadfile`, for the module-scoped fixtures) in collection order
+# (`--no-loadscope-reorder` in pyproject.toml; xdist's default reorders by the number of tests in
+# a file, which starts with the many quick ones). Started first, the long files share the two
+# workers and the short ones fill in behind them, instead of one worker running a long file
+# alone at the end. Unlisted files keep their order, after these.
 HEAVIEST_FIRST = [
     "tests/test_learning_offpolicy.py",
     "tests/test_learning_ppo.py",
