@@ -159,26 +159,7 @@ def measure(algo: str, updates: int) -> dict:
     for name, (r, n) in rec.items():
         floor[name] = sum(c * alone(*key) for key, c in r.calls.items()) / n
         gflop[name] = sum(c * r.flops[key] for key, c in r.calls.items()) / n / 1e9
-    # 2. a normal run, timed
-    spent = {"update": [0.0, 0], "explore": [0.0, 0]}
-    first = []
-
-    def timing(learner):
-        for name in spent:
-            fn = getattr(learner, name)
-
-            def wrapped(*a, fn=fn, name=name):
-                if not first:
-                    first.append(time.perf_counter())
-                t = time.perf_counter()
-                out = fn(*a)
-                spent[name][0] += time.perf_counter() - t
-                spent[name][1] += 1
-                return out
-
-            setattr(learner, name, wrapped)
-
-    # 3. where the rest goes: torch's profiler over 100 gradient steps of the real loop
+    # where the rest goes (docstring, 4): torch's profiler over 100 gradient steps of the real loop
     from torch.profiler import profile
 
     prof, seen = profile(), [0]
@@ -200,15 +181,31 @@ def measure(algo: str, updates: int) -> dict:
     train(algo, steps_for(algo, 130), profiling)
     events = [e for e in prof.key_averages() if not e.key.startswith(("autograd::", "Optimizer."))]
     own = {e.key: e.self_cpu_time_total / 100 / 1e3 for e in events}  # ms per gradient step
-    matmul_ms = sum(
-        v for k, v in own.items() if k in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
-    )
-    others = sorted(((v, k) for k, v in own.items() if not k.endswith(("mm", "bmm"))), reverse=True)
-    # 4. a normal run, timed
+    names = {op._schema.name for op in MATMULS}  # "aten::mm", ...
+    matmul_ms = sum(v for k, v in own.items() if k in names)
+    others = sorted(((v, k) for k, v in own.items() if k not in names), reverse=True)
+    # a normal run (docstring, 3), each update and exploring action timed
+    spent = {"update": [0.0, 0], "explore": [0.0, 0]}
+    first = []
+
+    def timing(learner):
+        for name in spent:
+            fn = getattr(learner, name)
+
+            def wrapped(*a, fn=fn, name=name):
+                if not first:
+                    first.append(time.perf_counter())
+                t = time.perf_counter()
+                out = fn(*a)
+                spent[name][0] += time.perf_counter() - t
+                spent[name][1] += 1
+                return out
+
+            setattr(learner, name, wrapped)
+
     steps = steps_for(algo, updates)
-    t_end = []
     train(algo, steps, timing)
-    t_end.append(time.perf_counter())
+    t_end = time.perf_counter()
     ms = {k: 1e3 * s / max(1, n) for k, (s, n) in spent.items()}
     per_step = zoo["gradient_steps"] / zoo["train_every"]
     agent_steps = steps - zoo["learning_starts"]
@@ -221,7 +218,7 @@ def measure(algo: str, updates: int) -> dict:
         "explore_ms": ms["explore"],
         "floor_step_ms": step_floor,
         # agent steps after learning_starts (final evaluation and checkpoint included, ~1%)
-        "step_ms": 1e3 * (t_end[0] - first[0]) / agent_steps,
+        "step_ms": 1e3 * (t_end - first[0]) / agent_steps,
         "profiled_ms": sum(own.values()),
         "matmul_in_step_ms": matmul_ms,
         "others": others[:6],

@@ -47,13 +47,10 @@ def pytest_collection_modifyitems(config, items):
     if missing := [name for name in HEAVIEST_FIRST if not (ROOT / name).exists()]:
         raise pytest.UsageError(f"tests/conftest.py: HEAVIEST_FIRST names no such file: {missing}")
     rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
-    order = {id(item): i for i, item in enumerate(items)}
-
-    def key(item):
-        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
-        return rank.get(path, len(rank)), order[id(item)]
-
-    items.sort(key=key)
+    # a stable sort: within a rank (and among the unlisted files) the collection order stays
+    items.sort(
+        key=lambda item: rank.get(item.path.resolve().relative_to(ROOT).as_posix(), len(rank))
+    )
 
 
 def pytest_sessionfinish(session, exitstatus):
