@@ -68,6 +68,24 @@ def wait_until(condition, timeout: float = 90.0, every: float = 0.25):
     raise AssertionError(f"timed out after {timeout} s waiting for {condition}")
 
 
+def wait_settled_in_view(page, selector: str) -> None:
+    """Wait until the element is inside the viewport and the page stopped scrolling."""
+    scrolls: list[float] = []
+
+    def settled() -> bool:
+        top, bottom, height, y = page.evaluate(
+            """sel => {
+                const r = document.querySelector(sel).getBoundingClientRect();
+                return [r.top, r.bottom, window.innerHeight, window.scrollY];
+            }""",
+            selector,
+        )
+        scrolls.append(y)
+        return len(scrolls) > 1 and scrolls[-2] == y and top >= 0 and bottom <= height
+
+    wait_until(settled, timeout=30)
+
+
 def shot(page, name: str, full_page: bool = False) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / f"ui-{name}.png"
@@ -167,6 +185,8 @@ def test_run_page_shows_plots_findings_and_a_playable_video(page, ui_server, ui_
     finding.locator("a.finding-link").click()
     page.wait_for_selector(f"#{anchor(expected['metric'])}.highlight")
     assert page.evaluate("location.hash") == f"#{anchor(expected['metric'])}"
+    # the click scrolls the chart into view (smoothly): shoot once it is there and still
+    wait_settled_in_view(page, f"#{anchor(expected['metric'])}")
     shot(page, "run-finding")
     # the evaluation video is served and Chromium can decode it
     duration = page.evaluate(

@@ -280,7 +280,8 @@ function wireFindings() {
     }
     $$(".plot.highlight").forEach(p => p.classList.remove("highlight"));
     card.classList.add("highlight");
-    card.scrollIntoView({behavior: "smooth", block: "center"});
+    const still = matchMedia("(prefers-reduced-motion: reduce)").matches;
+    card.scrollIntoView({behavior: still ? "auto" : "smooth", block: "center"});
     history.replaceState(null, "", "#" + card.id);
   }));
 }
