@@ -17,6 +17,7 @@ is >= 0.8 on at least 10 of 12 envs, every row below it named by a doctor findin
     python benchmarks/prefs_user_envs.py --labeler bpref-mistake --envs cartpole,acrobot
     python benchmarks/prefs_user_envs.py --variable --envs cartpole,acrobot   # prefs.horizon=variable
     python benchmarks/prefs_user_envs.py --table            # print the table from the results
+    python benchmarks/prefs_user_envs.py --rediagnose       # today's doctor on the archived runs
     python benchmarks/prefs_user_envs.py --envs hopper,halfcheetah --labels 700   # the paper's
     python benchmarks/prefs_user_envs.py --envs hopper,halfcheetah --labels 1400  # Figure 1
     python benchmarks/prefs_user_envs.py --paper   # Figure 1's columns: true reward, 700, 1,400
@@ -119,11 +120,19 @@ def configs(name: str, args, home: Path):
     return true, pref, notes
 
 
-def findings(run_dir: Path) -> list[str]:
+def findings(run_dir: Path, again: bool = False) -> list[str]:
+    """The doctor's warnings and errors on a preference run: those it stored at the end of the
+    run, or (`again`) a new diagnosis by today's rules, stored in its place."""
+    from backflip.doctor import diagnose_run_dir
     from backflip.doctor.findings import read_findings
 
+    found = (
+        [f.to_dict() for f in diagnose_run_dir(run_dir)]
+        if again
+        else (read_findings(run_dir) or {}).get("findings", [])
+    )
     out = []
-    for f in (read_findings(run_dir) or {}).get("findings", []):
+    for f in found:
         if f["severity"] in ("warning", "error") and f"{f['severity']} {f['rule']}" not in out:
             out.append(f"{f['severity']} {f['rule']}")
     return out
@@ -344,6 +353,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "prefs_user_envs_results.json"))
     ap.add_argument("--redo", action="store_true")
     ap.add_argument("--table", action="store_true", help="only print the table of --out")
+    ap.add_argument(
+        "--rediagnose",
+        action="store_true",
+        help="run today's doctor again on the archived preference runs of --out, then the table",
+    )
     ap.add_argument("--paper", action="store_true", help="print Figure 1's table of --out")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
@@ -353,7 +367,17 @@ def main() -> None:
     if args.paper:
         print(paper_table(results))
         return
-    if not args.table:
+    if args.rediagnose:
+        for name, res in results.items():
+            run_dir = Path(res["home"]) / res["pref_run"]
+            if run_dir.is_dir():
+                res["doctor"] = findings(run_dir, again=True)
+            else:
+                print(f"{name}: {run_dir} is gone; its doctor column is kept", file=sys.stderr)
+        from backflip.jsonout import dumps
+
+        out.write_text(dumps(results, indent=1) + "\n")
+    elif not args.table:
         names = [n for n in args.envs.split(",") if args.redo or key(n, args) not in results]
         unknown = [n for n in names if n not in ENVS]
         if unknown:

@@ -78,11 +78,15 @@ def prefs_starved(d: RunData):
 @rule(
     "reward-model-fit",
     entry="20",
-    reads=("reward_model/val_train_loss_ratio",),
-    threshold="median validation/training loss ratio over the second half outside 1.1–1.5",
-    cause="> 1.5: the reward model overfits its labels (too little regularization); < 1.1: "
-    "over-regularized (too much L2/dropout), it could fit the labels better",
-    check_next="the adaptive L2 strength and the number of labels",
+    reads=("reward_model/val_train_loss_ratio", "reward_model/l2"),
+    threshold="median validation/training loss ratio over the second half outside 1.1–1.5; "
+    "below 1.1 only while the adaptive L2 could still fall (its last 3 rows not all within 5% "
+    "of its lowest, or it is not logged): an L2 pinned at its floor with the ratio near 1 is a model that "
+    "generalizes from its labels, not an over-regularized one",
+    cause="> 1.5: the reward model overfits its labels (too little regularization; with L2 "
+    "pinned at its ceiling, too few labels for the model); < 1.1: over-regularized (too much "
+    "L2/dropout), it could fit the labels better",
+    check_next="the adaptive L2 strength (reward_model/l2) and the number of labels",
     source="Christiano et al. 2017",
     live=True,
 )
@@ -95,13 +99,26 @@ def reward_model_fit(d: RunData):
     med = float(np.median(v[len(v) // 2 :]))
     if 1.1 <= med <= 1.5:
         return None
+    # the pipeline moves each member's L2 one step (1.2×) a round toward the band: an L2 whose
+    # last rows sit still at its lowest (highest) value is pinned at a bound it cannot pass
+    late = np.array([])
+    if (l2 := d.get("reward_model/l2")) is not None:
+        late = finite(l2)[1]
+        late = late[len(late) // 2 :]
+    pinned = late.size >= 3 and bool(
+        np.all(np.abs(late[-3:] / (late.min() if med < 1.1 else late.max()) - 1) <= 0.05)
+    )
+    if med < 1.1 and pinned:
+        return None  # the least L2 the adaptation allows, and validation as good as training
     which = "overfitting (> 1.5)" if med > 1.5 else "over-regularized (< 1.1)"
+    if pinned:
+        which += f" with L2 pinned at its ceiling ({fmt(float(late[-1]))}): too few labels"
     return Hit(
         "warning",
         f"validation/training loss ratio {fmt(med)} over the second half: {which}",
         metric="reward_model/val_train_loss_ratio",
         step=int(steps[-1]),
-        evidence={"median": med},
+        evidence={"median": med, "l2_pinned": bool(pinned)},
     )
 
 
