@@ -233,17 +233,17 @@ def test_preference_rules():
     owed = data(prefs__labels_per_s=labels, prefs__label_debt=np.linspace(0, 40, N))
     assert "prefs-starved" in fired(owed)
     assert "reward-model-fit" in fired(data(reward_model__val_train_loss_ratio=np.full(N, 2.5)))
-    # the adaptive L2 (1.2× a round toward the 1.1–1.5 band) pinned at a bound: at its floor a
-    # ratio near 1 is a model that generalizes (quiet); at its ceiling, overfitting says so
+    # the adaptive L2 (1.2× a round toward the 1.1–1.5 band): falling toward its floor, or at
+    # it, with a ratio near 1 is the pipeline at work (quiet); an L2 that does not move is not
+    # adapting (the warning); overfitting with the L2 pinned at its ceiling says so
     falling = 1e-4 / 1.2 ** np.arange(N)
     floor, ceiling = np.maximum(falling, 1e-6), np.minimum(1e-4 * 1.2 ** np.arange(N), 1e-3)
     low = np.full(N, 1.02)
-    assert "reward-model-fit" not in fired(
-        data(reward_model__val_train_loss_ratio=low, reward_model__l2=floor)
-    )
-    assert "reward-model-fit" in fired(
-        data(reward_model__val_train_loss_ratio=low, reward_model__l2=falling)
-    )
+    for l2 in (floor, falling):
+        quiet = data(reward_model__val_train_loss_ratio=low, reward_model__l2=l2)
+        assert "reward-model-fit" not in fired(quiet)
+    fixed = data(reward_model__val_train_loss_ratio=low, reward_model__l2=np.full(N, 1e-2))
+    assert "over-regularized" in fired(fixed)["reward-model-fit"].message
     assert "reward-model-fit" in fired(data(reward_model__val_train_loss_ratio=low))  # no L2
     over = fired(data(reward_model__val_train_loss_ratio=np.full(N, 3.0), reward_model__l2=ceiling))
     assert "pinned at its ceiling" in over["reward-model-fit"].message
