@@ -5,13 +5,16 @@ nearer the centre (the last frame shown), wrong `--error` of the time (seeded). 
 oldest pending query, as the labeling page shows it, through `PreferenceDB.answer` (what the
 page's answer route calls), `--latency` seconds after it appears. The run is the real CLI
 (`backflip prefs train ppo --labeler human ...`) in its own process, so it pauses for the person
-exactly as it does for one at the page.
+exactly as it does for one at the page. A pace other than steady: `--burst N --away S` (away S
+seconds after every N answers), `--end-after N` (the page's "train on with the labels I gave"
+after N answers).
 
 Prints the greedy true return, its normalized score against PPO on the true reward at the same
 steps and seed (run alongside with `--reference`), the labels given, the seconds the seed waited
 and the wall time.
 
     python benchmarks/person_loop.py --seed 0 --latency 0.3 [--reference] [--set prefs.max_debt=10]
+        [--burst 20 --away 60] [--end-after 40]
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200_000)
     ap.add_argument("--latency", type=float, default=0.3, help="seconds from query to answer")
     ap.add_argument("--error", type=float, default=0.1, help="share of deliberately wrong answers")
+    ap.add_argument("--burst", type=int, default=0, help="answers between breaks (0: none)")
+    ap.add_argument("--away", type=float, default=0.0, help="seconds of each break")
+    ap.add_argument("--end-after", type=int, default=0, help="end labeling after N answers")
     ap.add_argument("--set", action="append", default=[], help="extra prefs.* or policy settings")
     ap.add_argument("--reference", action="store_true", help="also run PPO on the true reward")
     ap.add_argument("--home", type=Path, default=None, help="archive (default: a temp dir)")
@@ -88,6 +94,7 @@ def main() -> None:
         sets += ["--set", s]
     common = ["--steps", str(args.steps), "--seed-list", str(args.seed), "--no-progress", "--json"]
     person = ["prefs", "train", "ppo", "--env", ENV, "--labeler", "human"]
+    before = set(home.glob("*/seeds/*/prefs.sqlite"))
     run = start(home, [*person, "--labels", str(args.labels), *sets, *common])
     ref = None
     if args.reference:  # the preset's policy settings, and the same --set of policy keys
@@ -97,11 +104,15 @@ def main() -> None:
         policy += [x for s in args.set if not s.startswith("prefs.") for x in ("--set", s)]
         ref = start(home, ["train", "ppo", "--env", ENV, *policy, *common])
     t0 = time.monotonic()
-    while not any(home.glob("*/seeds/*/prefs.sqlite")):
+
+    def new_dbs() -> list[Path]:  # this run's database, not one of the archive's earlier runs
+        return [p for p in home.glob("*/seeds/*/prefs.sqlite") if p not in before]
+
+    while not new_dbs():
         if run.poll() is not None:
             raise SystemExit(run.stderr.read()[-3000:])
         time.sleep(0.1)
-    folder = next(home.glob("*/seeds/*/prefs.sqlite")).parent
+    folder = new_dbs()[0].parent
     db = PreferenceDB(folder / "prefs.sqlite")
     rng = np.random.default_rng(args.seed)
     seen: dict[int, float] = {}
@@ -111,6 +122,9 @@ def main() -> None:
         if not pending:
             time.sleep(0.02)
             continue
+        if args.end_after and answers >= args.end_after:  # the page's "train on with ..."
+            db.set_meta(labels_ended_at=time.time(), labels_ended_by="scripted")
+            break
         qid, left, right = pending[0]
         now = time.monotonic()
         seen.setdefault(qid, now)
@@ -125,6 +139,8 @@ def main() -> None:
         try:
             db.answer(qid, choice, "scripted", shown_at=time.time() - args.latency)
             answers += 1
+            if args.burst and answers % args.burst == 0:
+                time.sleep(args.away)
         except KeyError:  # labeling ended or the query went away
             pass
     wall = time.monotonic() - t0
@@ -141,6 +157,7 @@ def main() -> None:
         "wall_s": round(wall, 1),
         "greedy_true_return": rec["seeds"][0]["final_eval_return"],
         "home": str(home),
+        "id": rec["id"],
     }
     if ref is not None:
         theirs = record(ref)["seeds"][0]["final_eval_return"]
