@@ -443,6 +443,14 @@ def test_trivial_policy_at_the_do_nothing_level_of_a_task_where_that_is_not_opti
     assert fired(one_action)["trivial-policy"].severity == "error"
     unknown = data(rollout__ep_return_mean=still)  # no env id: nothing to compare with
     assert "trivial-policy" not in fired(unknown)
+    # Swimmer: the zero action drifts ±16 an episode around ~10; a policy whose late mean is
+    # 40 (PPO at 2e5 steps) swims, and one at the zero action's level does not
+    swims = data(rollout__ep_return_mean=40 + rng.normal(0, 2, N))
+    swims.env_id = "Swimmer-v5"
+    assert "trivial-policy" not in fired(swims)
+    drifts = data(rollout__ep_return_mean=12 + rng.normal(0, 2, N))
+    drifts.env_id = "Swimmer-v5"
+    assert fired(drifts)["trivial-policy"].severity == "error"
 
 
 def test_greedy_gap_when_the_greedy_policy_stands_still_where_the_sampled_one_moves():

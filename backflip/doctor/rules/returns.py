@@ -189,9 +189,11 @@ def never_better(d: RunData):
     reads=("episodes", "rollout/ep_return_mean", TRUE_READ, "env id"),
     threshold="the last 20% of training's mean return sits at the level of a policy that does "
     "nothing (the zero action, or one constant action; the env's own episodes, seeds 0-2) — "
-    "within 2 of its standard deviations or 5% of the way to the optimum, and nearer to it than "
-    "halfway to the random policy's level — on a task where that is not the optimum: error when "
-    "the env's reward_threshold says so, warning when only a better return seen in the run does",
+    "within 2 standard errors of the difference of the two means (its episodes' spread over "
+    "its 3 episodes and the run's late episodes) or 5% of the way to the optimum, and nearer "
+    "to it than halfway to the random policy's level — on a task where that is not the "
+    "optimum: error when the env's reward_threshold says so, warning when only a better return "
+    "seen in the run does",
     cause="the policy converged to a trivial behaviour (actions at zero or at one constant): "
     "exploration never found the reward (sparse rewards: MountainCar's flag), an action cost "
     "made doing nothing the safe local optimum, an entropy bonus or action noise too small, or "
@@ -212,12 +214,12 @@ def trivial_policy(d: RunData):
         late = rets[steps >= 0.8 * d.horizon]
         late = late if len(late) >= 10 else rets[-10:]
         best = float(np.max(rets)) if len(rets) else -math.inf
-        metric = EPISODES
+        metric, n_late = EPISODES, len(late)
     elif (s := d.get(r.mean)) is not None and len(finite(s)[0]) >= 3:
         late = tail(finite(s), 0.2, d.horizon)[1]
         mx = d.get(r.max) if r.max else None
         best = float(np.nanmax((mx or s)[1]))
-        metric = r.mean
+        metric, n_late = r.mean, None  # rows of means: many episodes each, taken as exact
     else:
         return None
     if not len(late):
@@ -232,9 +234,14 @@ def trivial_policy(d: RunData):
         gap = top - mu
         if not gap > 0 or (threshold is None and gap <= 2 * sd + 0.05 * abs(mu)):
             continue  # doing nothing may be the optimum, or nothing better was seen
-        tol = max(2 * sd, 0.05 * gap)
+        # the trivial level is the mean of TRIVIAL_EPISODES episodes and the run's a mean of
+        # its late ones: their difference has this standard error (a per-episode spread is not
+        # the uncertainty of a mean: Swimmer's zero action spreads ±16 an episode, and a 40
+        # from PPO was called doing nothing)
+        se = sd * math.sqrt(1 / tasks.TRIVIAL_EPISODES + (1 / n_late if n_late else 0.0))
+        tol = max(2 * se, 0.05 * gap)
         if rand is not None and abs(rand[0] - mu) > 0:
-            tol = max(min(tol, 0.5 * abs(rand[0] - mu)), 2 * sd)
+            tol = max(min(tol, 0.5 * abs(rand[0] - mu)), 2 * se)
         if abs(m - mu) > tol + 1e-9 * max(abs(mu), 1.0):
             continue
         against = (
