@@ -78,7 +78,12 @@ def test_a_person_sees_pong_in_colour_and_an_answer_made_offline_arrives_once(ho
             page.fill("#name", "pat")
             page.click("#who button[type=submit]")
             page.wait_for_function("() => !!document.body.dataset.query")
-            page.wait_for_function("() => document.querySelector('#left').width >= 160")
+            # the template's 240×240 placeholder gives way to the clip's own size once its
+            # frames are decoded (a width >= 160 alone was already true of the placeholder)
+            page.wait_for_function(
+                "() => { const c = document.querySelector('#left');"
+                " return c.width !== 240 || c.height !== 240; }"
+            )
             assert "green paddle" in page.inner_text("#task")
             # the clip: Pong's own frame, 160x210 scaled up by whole pixels, in colour
             width, height = page.evaluate(
