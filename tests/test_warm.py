@@ -182,3 +182,21 @@ def test_a_bad_idle_time_is_one_error_line(world):
     assert proc.returncode == 2, err
     assert err.strip() == "error: BACKFLIP_WARM_IDLE must be a number of seconds, got 'ten minutes'"
     assert not (tmp / "runs").exists() or not list((tmp / "runs").glob("*/run.json"))
+
+
+def test_a_server_that_ended_before_it_was_ready_is_started_again(tmp_path, monkeypatch):
+    """A launch in this process whose server died while importing must not hand that dead
+    server to the next launch ("the warm seed server ended at start"): a new one starts."""
+    monkeypatch.setenv("BACKFLIP_WARM_DIR", str(tmp_path / "sockets"))
+    monkeypatch.setattr(warm, "_current", None)
+    first = warm.ensure()  # started, not waited on
+    assert first.proc is not None and not first.ready
+    first.proc.kill()
+    first.proc.wait()
+    second = warm.ensure()
+    try:
+        assert second is not first
+        second.wait_ready()
+    finally:
+        warm.stop(second.address)
+        shutil.rmtree(warm.folder(), ignore_errors=True)

@@ -214,7 +214,10 @@ def ensure() -> Server:
     name = f"private-{os.getpid()}-{ident}" if private else f"warm-{ident}"
     address = str(where / f"{name}.sock")
     if _current is not None and _current.address == address and not _current.ready:
-        return _current  # starting
+        starting = _current.proc.poll() is None if _current.proc else pid_alive(_current.pid)
+        if starting:
+            return _current
+        _current = None  # one that ended before it was ready (an earlier launch that failed)
     with open(where / f"{name}.lock", "w") as lock:  # one start at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _alive(address):
