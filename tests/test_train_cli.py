@@ -389,3 +389,52 @@ def test_target_return_stops_a_seed_once_evaluation_reaches_it(cli, home):
     seed = load_run(home / run_id)["seeds"][0]
     assert seed["status"] == "finished" and seed["final_eval_return"] >= 60
     assert seed["steps"] == seed["solved_step"] < 100_000 and seed["solved_s"] > 0
+
+
+RACE = """
+import sys, time
+from pathlib import Path
+from backflip.runs import index
+from backflip.runs.archive import load_run
+home, start = Path(sys.argv[1]), float(sys.argv[2])
+record = load_run(next(p for p in home.iterdir() if p.name[:1].isdigit()))
+while time.time() < start:
+    pass
+for _ in range(20):
+    index.connect(home).close()  # rebuilds a missing index (and says so)
+    index.upsert(home, record)  # a write
+"""
+
+
+def test_processes_that_find_the_index_missing_rebuild_it_once(home):
+    """The race behind a concurrent launch's `attempt to write a readonly database`: processes
+    that find index.sqlite missing at once each rebuilt it, and one replaced the file (deleting
+    its WAL) under another that was already writing. Six processes, started on the same instant,
+    each find it missing and write; three rounds."""
+    out = subprocess.run(
+        [*(sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1"),
+         *("--seeds", "1", "--steps", "512", "--set", "epochs=1", "--no-progress")],
+        capture_output=True, text=True, env=cli_env(home), cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    for _ in range(3):
+        for f in home.glob("index.sqlite*"):
+            f.unlink()
+        start = time.time() + 3.0  # after the six interpreters have imported backflip
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACE, str(home), str(start)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                env=cli_env(home),
+            )
+            for _ in range(6)
+        ]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e for _, e in outs if e][:1]
+        # one process said it rebuilt the missing index (the others found it there)
+        said = sum("index.sqlite was missing" in e for _, e in outs)
+        assert said == 1, [e for _, e in outs]
+        assert len(index.query(home)) == 1

@@ -5,7 +5,8 @@ one short transaction per write. The run directories are the record and the inde
 every command that reads the index first checks it (`ensure`) —
 
 - missing (while the archive holds runs) or unreadable (not a database, malformed): rebuilt from
-  the run directories into a temporary file that then replaces it atomically (`rebuild`);
+  the run directories into a temporary file that then replaces it atomically (`rebuild`), one
+  process at a time (`.index.lock`: launches that find it missing together rebuild it once);
 - stale (a run directory it does not list, a row whose directory is gone, a run.json or a seed
   folder changed since it was indexed — `signature`): the rows concerned are refreshed, one
   transaction each, safe beside concurrent writers;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
 import sqlite3
@@ -35,7 +37,7 @@ from backflip.runs.archive import (
     notice,
     run_dirs,
 )
-from backflip.runs.layout import INDEX, RUN_JSON, SEEDS
+from backflip.runs.layout import INDEX, INDEX_LOCK, RUN_JSON, SEEDS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -121,16 +123,47 @@ def connect(home: Path, creating: str | None = None) -> sqlite3.Connection:
         others = [d for d in run_dirs(home) if d.name != creating]
         if creating is None:
             if others:
-                rebuild(home, "index.sqlite was missing")
+                rebuild(home, "index.sqlite was missing", only_if=_missing)
         else:  # news unless the other runs are launches of this minute (a new archive)
-            rebuild(home, "index.sqlite was missing" if any(map(_older, others)) else None)
+            why = "index.sqlite was missing" if any(map(_older, others)) else None
+            rebuild(home, why, only_if=_missing)
     try:
         return _open(path)
     except sqlite3.Error as e:
         if not _unreadable(e):
             raise
-        rebuild(home, f"index.sqlite was unreadable ({e})")
+        rebuild(home, f"index.sqlite was unreadable ({e})", only_if=_still_unreadable)
         return _open(path)
+
+
+def _missing(path: Path) -> bool:
+    return not path.exists()
+
+
+def _still_unreadable(path: Path) -> bool:
+    try:
+        _open(path).close()
+    except sqlite3.Error as e:
+        return _unreadable(e)
+    return False  # another process rebuilt it meanwhile
+
+
+@contextlib.contextmanager
+def _rebuild_lock(home: Path):
+    """One rebuild of the index at a time in this archive: a second process that found the index
+    missing waits here, then finds it rebuilt (instead of replacing the file, and deleting the
+    WAL, under a process that already writes to it). No lock where the archive cannot hold one
+    (read-only, a full disk): the rebuild goes ahead as before."""
+    try:
+        fd = os.open(home / INDEX_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _row(record: dict) -> dict:
@@ -244,9 +277,18 @@ def _candidates(home: Path) -> dict[str, Path]:
     return {d.name: d for d in sorted({*run_dirs(home), *broken_run_dirs(home)})}
 
 
-def rebuild(home: Path, why: str | None = None) -> tuple[int, list[tuple[str, str]]]:
+def rebuild(home: Path, why: str | None = None, only_if=None) -> tuple[int, list[tuple[str, str]]]:
     """Build a new index from the run directories into a temporary file and move it into place
-    (atomic: readers see the old index or the new one); (runs indexed, [(run, why damaged)])."""
+    (atomic: readers see the old index or the new one); (runs indexed, [(run, why damaged)]).
+    One process at a time; `only_if(path)`, asked under the lock, skips a rebuild that another
+    process has done meanwhile (then (0, []) and no notice)."""
+    with _rebuild_lock(home):
+        if only_if is not None and not only_if(home / INDEX):
+            return 0, []
+        return _rebuild(home, why)
+
+
+def _rebuild(home: Path, why: str | None) -> tuple[int, list[tuple[str, str]]]:
     path = home / INDEX
     tmp = home / f".{INDEX}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
     n, damaged = 0, []
@@ -296,7 +338,7 @@ def ensure(home: Path) -> bool:
     if not (home / INDEX).exists():
         if run_dirs(home):
             try:
-                rebuild(home, "index.sqlite was missing")
+                rebuild(home, "index.sqlite was missing", only_if=_missing)
             except (UserError, OSError) as e:  # a full disk, a read-only archive
                 notice(
                     f"index.sqlite is missing and could not be rebuilt ({e}): reading the run folders"
@@ -316,7 +358,7 @@ def ensure(home: Path) -> bool:
             if not _unreadable(e):
                 raise
             con.close()
-            rebuild(home, f"index.sqlite was unreadable ({e})")
+            rebuild(home, f"index.sqlite was unreadable ({e})", only_if=_still_unreadable)
             return True
         dirs = _candidates(home)
         known = {**indexed, **broken}

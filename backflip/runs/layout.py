@@ -5,6 +5,8 @@ env copies get. One owner: whatever writes or reads the archive names its paths 
       .gitignore                 GITIGNORE: `*`, so an archive inside a git repository stays out
                                  of it (`archive.keep_out_of_git`)
       index.sqlite               INDEX: a cache of every run.json (runs/index.py)
+      .index.lock                INDEX_LOCK: held while the index is rebuilt (one process at a
+                                 time replaces it; the others then find it there)
       reports/<id>/              REPORTS: `backflip report`'s default output
       <run id>/
         run.json                 RUN_JSON: id, argv, cwd, message, resolved config, budget
@@ -43,6 +45,7 @@ from pathlib import Path
 
 RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")  # a run directory's name: `new_run_id`
 INDEX = "index.sqlite"
+INDEX_LOCK = ".index.lock"
 GITIGNORE = ".gitignore"
 REPORTS = "reports"
 RUN_JSON = "run.json"
