@@ -255,19 +255,20 @@ def test_gsde_trains_the_mean_and_log_std_but_not_the_features_through_the_std()
     assert ac.pi[0].weight.grad.abs().sum() > 0  # through the mean
 
 
-def cnn_pair():
+def cnn_pair(cnn: str = "auto"):
     """An Atari actor-critic with its CNN channels-last (the default) and a copy in NCHW."""
     torch.manual_seed(0)
-    fast = ActorCritic((4, 84, 84), gym.spaces.Discrete(6))
-    slow = ActorCritic((4, 84, 84), gym.spaces.Discrete(6))
+    fast = ActorCritic((4, 84, 84), gym.spaces.Discrete(6), cnn=cnn)
+    slow = ActorCritic((4, 84, 84), gym.spaces.Discrete(6), cnn=cnn)
     slow.trunk.channels_last = False
     slow.load_state_dict(fast.state_dict())
     slow.trunk.net.to(memory_format=torch.contiguous_format)
     return fast, slow
 
 
-def test_the_channels_last_cnn_computes_the_nchw_cnns_outputs_and_gradients():
-    fast, slow = cnn_pair()
+@pytest.mark.parametrize("cnn", ["nature", "keypoints"])
+def test_the_channels_last_cnn_computes_the_nchw_cnns_outputs_and_gradients(cnn):
+    fast, slow = cnn_pair(cnn)
     conv = fast.trunk.net[0].weight
     assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
     assert slow.trunk.net[0].weight.is_contiguous()
