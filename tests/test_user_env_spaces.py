@@ -143,3 +143,17 @@ def test_the_layout_guess_can_be_overridden():
     assert env.observation_space.shape == (400,)
     with pytest.raises(UserError, match=r"env\.obs_layout must be one of"):
         resolve("ppo", "CartPole-v1", [0], 1000, set_values={"env.obs_layout": "sideways"})
+
+
+def test_a_derived_setting_the_user_replaced_is_said_as_replaced(cli):
+    """The launch lines list what was derived from the env; one the user set is said with the
+    value the run uses, not the derived one it does not (the listing said `absorb_steps=25`
+    beside a horizon line of 100)."""
+    out = cli("prefs", "train", "ppo", "--env", "InvertedPendulum-v5", "--steps", "4000",
+              "--set", "prefs.absorb_steps=100", "--list-keys").stdout  # fmt: skip
+    assert "#   prefs.absorb_steps=100: yours (derived: 25," in out
+    assert "prefs.absorb_steps=25" not in out
+    assert (
+        "absorbing state (the last observation, reward 0, one learned value) for 100 steps" in out
+    )
+    assert "#   prefs.segment_length=25: clips of 25 steps" in out  # kept: said as derived

@@ -123,9 +123,11 @@ def build(args, home, notes: list[str] | None = None):
     cfg = resolved()
     facts = look(cfg.env_id, cfg.env)
     if cfg.env_id not in PRESETS:  # an env without a preset: settings derived from the env
-        derived = env_settings(cfg, facts, notes)
+        derived = env_settings(cfg, facts)
         env_before = cfg.env
         cfg = resolved({k: v for k, (v, _) in derived.items()})
+        if notes is not None:
+            notes += derived_lines(cfg, derived)
         if cfg.env != env_before:  # a time limit given: look at the episodes it makes
             facts = look(cfg.env_id, cfg.env)
     elif "prefs.labels" not in {**file_values, **sets}:  # a preset's budget, scaled to --steps
@@ -232,19 +234,30 @@ def flag_values(args, stage: str, source, frozen, home=None) -> dict[str, object
     return out
 
 
-def env_settings(cfg, facts, notes: list[str] | None) -> dict:
-    """Settings derived from the env (`prefs.derive`), for an env without a preference preset;
-    they go to `notes` one line each."""
+def env_settings(cfg, facts) -> dict:
+    """Settings derived from the env (`prefs.derive`), for an env without a preference preset:
+    {key: (value, why)}."""
     from backflip.prefs.derive import derived_settings
 
-    derived = derived_settings(facts, cfg.steps)
-    if notes is not None:
-        notes.append(
-            f"{cfg.env_id} has no preference preset: settings derived from the env "
-            '(a preset, --config or --set overrides each; docs/preferences.md, "Your own env"):'
-        )
-        notes += [f"  {key}={value}: {why}" for key, (value, why) in derived.items()]
-    return derived
+    return derived_settings(facts, cfg.steps)
+
+
+def derived_lines(cfg, derived: dict) -> list[str]:
+    """What to say at launch about the derived settings, one line each, with the value the run
+    will use: one a preset, --config or --set replaced is said as replaced (the derived value
+    beside it), not as if the run used it."""
+    flat = cfg.flat()
+    lines = [
+        f"{cfg.env_id} has no preference preset: settings derived from the env "
+        '(a preset, --config or --set overrides each; docs/preferences.md, "Your own env"):'
+    ]
+    for key, (value, why) in derived.items():
+        used = flat.get(key, value)
+        if used == value:
+            lines.append(f"  {key}={value}: {why}")
+        else:
+            lines.append(f"  {key}={used}: yours (derived: {value}, {why})")
+    return lines
 
 
 def fix_horizon(cfg, facts, notes: list[str] | None):
