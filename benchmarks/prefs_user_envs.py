@@ -62,6 +62,7 @@ ENVS: dict[str, tuple[str, str, int, str, dict]] = {
     "halfcheetah": ("HalfCheetah-v5", "ppo", 300_000, "MuJoCo, continuous, no termination", {}),
     "swimmer": ("Swimmer-v5", "ppo", 200_000, "MuJoCo, continuous, no termination", {}),
     "reacher": ("Reacher-v5", "ppo", 100_000, "MuJoCo, continuous, no termination", {}),
+    "pusher": ("Pusher-v5", "ppo", 100_000, "MuJoCo, continuous, no termination", {}),
     "breakout": (
         "user_envs:MinAtar/Breakout-v1", "ppo", 200_000,
         "MinAtar, 10x10x4 boolean frames channels last, ends at failure, no time limit",
