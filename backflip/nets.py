@@ -160,8 +160,8 @@ class KeypointCNN(nn.Module):
     map the coordinates to actions and values.
 
     Channels-last by default, as NatureCNN (its docstring): the 3x3 convolutions at full
-    resolution on 16 channels run ~1.9x faster forward and backward in oneDNN's NHWC kernels
-    (a PPO update on MovingDot84's frames; docs/benchmarks.md)."""
+    resolution on 16 channels: a gradient step 1.43x faster in oneDNN's NHWC kernels
+    (`benchmarks/cnn_update_step.py`, docs/benchmarks.md)."""
 
     def __init__(self, obs_shape: tuple[int, ...], channels: int = 16, channels_last: bool = True):
         super().__init__()

@@ -351,6 +351,23 @@ def write_record(run_dir: Path, record: dict, reserve: int | None = None) -> Non
 
 
 @contextlib.contextmanager
+def file_lock(path: Path):
+    """An exclusive `flock` on `path` (created if missing), held for the block; no lock where
+    the archive cannot hold one (read-only, a full disk): the block runs unlocked, as before
+    locks existed, rather than failing."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def run_lock(run_dir: Path):
     """An exclusive lock on one run's record (read-modify-write of run.json by the launcher,
     `resume` and the repairs of `heal`), reentrant within a process; no lock when the archive
@@ -359,18 +376,12 @@ def run_lock(run_dir: Path):
     if key in _locked:  # already held by this process (a repair inside a repair)
         yield
         return
-    try:
-        fd = os.open(Path(run_dir) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with file_lock(Path(run_dir) / LOCK):
         _locked.add(key)
-        yield
-    finally:
-        _locked.discard(key)
-        os.close(fd)
+        try:
+            yield
+        finally:
+            _locked.discard(key)
 
 
 _locked: set[str] = set()

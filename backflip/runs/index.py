@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import secrets
 import sqlite3
@@ -30,6 +29,7 @@ from backflip import jsonout
 from backflip.errors import UserError
 from backflip.runs.archive import (
     broken_run_dirs,
+    file_lock,
     is_enospc,
     is_run_dir,
     launcher_dead,
@@ -148,24 +148,6 @@ def _still_unreadable(path: Path) -> bool:
     return False  # another process rebuilt it meanwhile
 
 
-@contextlib.contextmanager
-def _rebuild_lock(home: Path):
-    """One rebuild of the index at a time in this archive: a second process that found the index
-    missing waits here, then finds it rebuilt (instead of replacing the file, and deleting the
-    WAL, under a process that already writes to it). No lock where the archive cannot hold one
-    (read-only, a full disk): the rebuild goes ahead as before."""
-    try:
-        fd = os.open(home / INDEX_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _row(record: dict) -> dict:
     res = record.get("results") or {}
     return {
@@ -281,8 +263,10 @@ def rebuild(home: Path, why: str | None = None, only_if=None) -> tuple[int, list
     """Build a new index from the run directories into a temporary file and move it into place
     (atomic: readers see the old index or the new one); (runs indexed, [(run, why damaged)]).
     One process at a time; `only_if(path)`, asked under the lock, skips a rebuild that another
-    process has done meanwhile (then (0, []) and no notice)."""
-    with _rebuild_lock(home):
+    process has done meanwhile (then (0, []) and no notice): processes that found the index
+    missing together rebuild it once, instead of one replacing the file, and deleting its WAL,
+    under another that already writes to it."""
+    with file_lock(home / INDEX_LOCK):
         if only_if is not None and not only_if(home / INDEX):
             return 0, []
         return _rebuild(home, why)
