@@ -1039,6 +1039,16 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return flat
 
 
+def action_defaults(algo: str, env_id: str, action: str | None) -> dict[str, Any]:
+    """The settings `algo` takes on `env_id` from its action space `action` where it has no
+    preset for the env (PPO on a Box: the PPO paper's continuous-control settings rather than
+    its CartPole defaults); {} where a preset names the env or none is defined."""
+    spec = get_algo(algo)
+    if action is None or env_id in spec.presets:
+        return {}
+    return dict(spec.action_defaults.get(action, {}))
+
+
 def resolve(
     algo: str,
     env_id: str,
@@ -1048,11 +1058,14 @@ def resolve(
     set_values: dict[str, Any] | None = None,
     kind: str = "plain",
     derived: dict[str, Any] | None = None,
+    action: str | None = None,
 ) -> TrainConfig:
     """The one resolver of a run's configuration: defaults, presets, a config file and `--set`
     values, each type- and domain-checked. Precedence, lowest first:
 
-    1. the dataclasses' defaults;
+    1. the dataclasses' defaults, then, on an env the algorithm has no preset for, its defaults
+       for the env's action space (`action`, "discrete" or "box": `envs.action_kind`; the
+       algorithm's `ACTION_DEFAULTS`, `action_defaults` below);
     2. `derived` (a preference run on an env without a preset: settings derived from the env's
        spaces and horizon, `prefs.derive.env_defaults`);
     3. the algorithm's preset for `env_id` (`algos/settings/<algo>.py: PRESETS`);
@@ -1082,7 +1095,15 @@ def resolve(
         kind_preset = {**policy, **{f"prefs.{k}": v for k, v in prefs_values.items()}}
         kind_preset["prefs.preset"] = name
         preset_steps = policy_steps or preset.get("steps") or preset_steps
-    merged = {**(derived or {}), **algo_preset, **kind_preset, **file_values, **set_values}
+    by_action = action_defaults(algo, env_id, action)
+    merged = {
+        **by_action,
+        **(derived or {}),
+        **algo_preset,
+        **kind_preset,
+        **file_values,
+        **set_values,
+    }
     if "steps" in merged:  # allow steps in a config file
         file_steps = merged.pop("steps")
         steps = steps if steps is not None else parse_steps(file_steps)

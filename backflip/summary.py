@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import shlex
 
-from backflip.config import TrainConfig, format_value, resolve, run_kind
+from backflip.algos import resolve_on_env
+from backflip.config import TrainConfig, format_value, run_kind
 from backflip.runs.archive import waiting_seeds
 
 
@@ -68,7 +69,8 @@ def reproduce_command(record: dict) -> str:
         else:
             parts += ["--seed-list", ",".join(map(str, seeds))]
         parts += ["--steps", str(cfg["steps"])]
-        base = resolve(cfg["algo"], cfg["env_id"], seeds, cfg["steps"], {}, flags, kind).flat()
+        base = resolve_on_env(cfg["algo"], cfg["env_id"], seeds, cfg["steps"], {}, flags, kind)
+        base = base.flat()
         current = TrainConfig.from_dict(cfg).flat()
         always = set()
         if kind == "prefs":

@@ -133,3 +133,64 @@ def test_every_preset_and_ablation_is_inside_the_domains():
             resolve(algo, env, [0], None)
         for off in getattr(spec.settings, "ABLATIONS", {}).values():
             resolve(algo, "CartPole-v1", [0], None, set_values=dict(off))
+
+
+def test_an_env_without_a_preset_gets_settings_from_its_action_space():
+    """PPO's defaults are rl-zoo's CartPole entry; on an env it has no preset for whose actions
+    are a Box it takes the continuous-control settings instead, from the env's action space and
+    not from its id (`ACTION_DEFAULTS`); presets, --set and discrete actions are untouched."""
+    from backflip.algos import action_line, resolve_on_env
+    from backflip.algos.settings.ppo import CONTINUOUS, Config
+
+    box = resolve_on_env("ppo", "MountainCarContinuous-v0", [0], 10_000)
+    assert {k: getattr(box.hp, k) for k in CONTINUOUS} == CONTINUOUS
+    assert box.hp.num_steps != Config().num_steps  # the test would pass on the defaults otherwise
+    assert resolve_on_env("ppo", "Acrobot-v1", [0], 10_000).hp == Config()  # Discrete
+    assert (
+        resolve_on_env("ppo", "Acrobot-v1", [0], 10_000).hp
+        == resolve("ppo", "Acrobot-v1", [0], 10_000).hp
+    )
+    preset = resolve_on_env("ppo", "Pendulum-v1", [0], None)
+    assert preset.hp == resolve("ppo", "Pendulum-v1", [0], None).hp and preset.hp.num_steps == 128
+    # the probes keep the defaults: their budgets of a few thousand steps fit short rollouts
+    probe = resolve_on_env("ppo", "backflip/Probe4Box-v0", [0], 12_000)
+    assert probe.hp.num_steps == Config().num_steps
+    # yours win, and the launch line says which are yours
+    mine = resolve_on_env(
+        "ppo", "MountainCarContinuous-v0", [0], 10_000, set_values={"lr": "1e-4", "num_envs": "4"}
+    )
+    assert (mine.hp.lr, mine.hp.num_envs, mine.hp.num_steps) == (1e-4, 4, 2048)
+    line = action_line(mine)
+    assert "no ppo preset" in line and "Box actions" in line
+    assert "lr=0.0001 (yours; 0.0003)" in line and "num_steps=2048," in line
+    assert action_line(preset) is None and action_line(resolve("ppo", "Acrobot-v1", [0], 1)) is None
+
+
+def test_a_run_on_an_env_without_a_preset_says_its_derived_settings_and_reproduces_them(
+    tmp_path, capsys
+):
+    """What the user sees: `--list-keys` names where the settings come from, and `show`'s
+    reproduce line, run through the same parser and resolver, gives the same config."""
+    import shlex
+
+    from backflip.algos import resolve_on_env
+    from backflip.cli import build_parser, main
+    from backflip.commands.train import seeds_from
+    from backflip.summary import reproduce_command
+
+    argv = ["train", "ppo", "--env", "MountainCarContinuous-v0", "--steps", "4096"]
+    argv += ["--set", "gamma=0.995", "--home", str(tmp_path)]
+    assert main([*argv, "--list-keys"]) == 0
+    out = capsys.readouterr().out
+    assert "# MountainCarContinuous-v0 has no ppo preset: the settings for its Box actions" in out
+    assert "  num_steps=2048  (" in out and "  gamma=0.995  (" in out
+    cfg = resolve_on_env(
+        "ppo", "MountainCarContinuous-v0", [0, 1], 4096, set_values={"gamma": "0.995"}
+    )
+    line = reproduce_command({"config": cfg.to_dict(), "argv": ["x"], "message": ""})
+    assert "num_steps" not in line and "--set gamma=0.995" in line, line  # derived again
+    args = build_parser().parse_args(shlex.split(line)[1:])
+    again = resolve_on_env(
+        args.algo, args.env, seeds_from(args), args.steps, {}, parse_sets(args.sets)
+    )
+    assert again.to_dict() == cfg.to_dict(), line

@@ -41,6 +41,9 @@ def record_of(cfg: TrainConfig, argv=("backflip",), message="") -> dict:
          "--labeler", "bpref-mistake", "--seed-list", "3,5"),
         ("prefs", "train", "sac", "--env", "Pendulum-v1", "--set", "prefs.horizon=variable"),
         ("prefs", "gather", "--env", "Acrobot-v1", "--labels", "40", "--seeds", "1"),
+        # Box actions without a PPO preset: the policy's settings from the action space too
+        ("prefs", "train", "ppo", "--env", "MountainCarContinuous-v0", "--steps", "20000",
+         "--set", "lr=1e-4", "--seeds", "1"),
     ],
 )  # fmt: skip
 def test_the_reproduce_line_of_a_preference_run_rebuilds_its_config(tmp_path, argv):

@@ -95,7 +95,8 @@ def build(args, home, notes: list[str] | None = None):
     """The run's TrainConfig (kind prefs) from the arguments, through the one resolver
     (`config.resolve`): settings derived from the env (no preset) < presets < --config < --set <
     the flags. `notes` receives the lines to say at launch (the horizon, the derived settings)."""
-    from backflip.config import load_config_file, parse_sets, resolve
+    from backflip.algos import action_line, resolve_on_env
+    from backflip.config import load_config_file, parse_sets
     from backflip.runs.archive import load_run
     from backflip.runs.index import resolve_run
 
@@ -115,7 +116,7 @@ def build(args, home, notes: list[str] | None = None):
     start = [args.seed_start] if args.seed_list is None else seeds_from(args)
 
     def resolved(derived=None):
-        return resolve(algo, env, start, args.steps, file_values, sets, "prefs", derived)
+        return resolve_on_env(algo, env, start, args.steps, file_values, sets, "prefs", derived)
 
     from backflip.prefs.derive import look
     from backflip.prefs.presets import PRESETS
@@ -144,6 +145,8 @@ def build(args, home, notes: list[str] | None = None):
     if args.seeds is None and args.seed_list is None:  # 5 for statistics; a person labels each
         args.seeds = 1 if cfg.prefs.labeler == "human" else DEFAULT_SEEDS
     cfg = dataclasses.replace(cfg, seeds=seeds_from(args))
+    if notes is not None and (line := action_line(cfg)):
+        notes.append(line)
     return fix_horizon(cfg, facts, notes)
 
 

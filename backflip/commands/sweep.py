@@ -58,8 +58,8 @@ def register(sub) -> None:
 
 
 def launch_study(args, kind: str, make_variants) -> int:
-    from backflip.algos import get_algo
-    from backflip.config import load_config_file, parse_sets, resolve
+    from backflip.algos import get_algo, resolve_on_env
+    from backflip.config import load_config_file, parse_sets
     from backflip.envs import check_supported
     from backflip.experiments.sweep import build_configs, format_study, judge, run_study, save_study
     from backflip.runs.archive import home_dir
@@ -69,7 +69,7 @@ def launch_study(args, kind: str, make_variants) -> int:
     file_values = load_config_file(args.config) if args.config else {}
     sets = parse_sets(args.sets)
     seeds = seeds_from(args)
-    base = resolve(args.algo, args.env, seeds, args.steps, file_values, sets)
+    base = resolve_on_env(args.algo, args.env, seeds, args.steps, file_values, sets)
     check_supported(base.algo, spec.action_spaces, base.env_id, base.env)
     check_backend(backend_of(args), backend_address(args))
     variants, skipped = make_variants(spec, base, file_values, sets, seeds)

@@ -122,17 +122,23 @@ def _steps(text: str) -> str:
 
 
 def run(args) -> int:
-    from backflip.config import check_tags, load_config_file, parse_sets, resolve
+    from backflip.algos import action_line, resolve_on_env
+    from backflip.config import check_tags, load_config_file, parse_sets
     from backflip.runs.archive import home_dir
 
     # everything is checked before anything is created
     file_values = load_config_file(args.config) if args.config else {}
-    cfg = resolve(
+    cfg = resolve_on_env(
         args.algo, args.env, seeds_from(args), args.steps, file_values, parse_sets(args.sets)
     )
     check_tags(args.tag)
+    notes = [line] if (line := action_line(cfg)) else []
     if args.list_keys:
+        for line in notes:
+            print(f"# {line}")
         return list_keys(cfg)
+    for line in notes:
+        print(line, file=sys.stderr, flush=True)
     home = home_dir(args.home, create=True)
     return execute(
         cfg,
@@ -147,6 +153,7 @@ def run(args) -> int:
         address=backend_address(args),
         surprise=args.surprise,
         ask=not args.no_ask,
+        notes=notes,
     )
 
 

@@ -146,6 +146,27 @@ def space_kind(space: gym.Space) -> str:
     return type(space).__name__
 
 
+_ACTION_KINDS: dict[str, str] = {}
+
+
+def action_kind(env_id: str) -> str | None:
+    """ "discrete", "box" (or the space's class name) for the actions of `env_id`, which
+    `config.resolve` reads (`action`) for the settings an env without a preset gets from its
+    action space (the `env.*` options change observations, rewards and time limits, never the
+    actions); None when the env cannot be made here (the launch then says why). Made once per
+    env in a process."""
+    if env_id not in _ACTION_KINDS:
+        try:
+            env = make_env(env_id, EnvOptions())
+        except Exception:  # noqa: BLE001 — check_supported says why in one line, at launch
+            return None
+        try:
+            _ACTION_KINDS[env_id] = space_kind(env.action_space)
+        finally:
+            env.close()
+    return _ACTION_KINDS[env_id]
+
+
 def check_supported(
     algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOptions
 ) -> tuple[int, ...]:

@@ -42,8 +42,8 @@ from pathlib import Path
 import yaml
 
 from backflip import stats
-from backflip.algos import get_algo
-from backflip.config import TrainConfig, resolve
+from backflip.algos import get_algo, resolve_on_env
+from backflip.config import TrainConfig
 from backflip.envs import check_supported
 from backflip.errors import UserError
 from backflip.runs import index
@@ -147,7 +147,7 @@ def resolve_configs(plan: dict, seeds: list[int]) -> dict:
     for name, c in expand(plan).items():
         sets = {k: v for k, v in (c.get("set") or {}).items()}
         try:
-            out[name] = resolve(
+            out[name] = resolve_on_env(
                 c["algo"],
                 c.get("env") or plan["env"],
                 seeds,

@@ -26,7 +26,8 @@ from pathlib import Path
 from rich.table import Table
 
 from backflip import stats
-from backflip.config import SECTIONS, RunOptions, parse_value, resolve
+from backflip.algos import resolve_on_env
+from backflip.config import SECTIONS, RunOptions, parse_value
 from backflip.errors import UserError, did_you_mean
 from backflip.experiments.compare import table_text
 from backflip.plots import sensitivity_figure
@@ -152,12 +153,14 @@ def ablation_variants(spec, base_flat: dict, switches: list[str]) -> list:
 
 def build_configs(algo, env, seeds, steps, file_values, set_values, variants):
     """The default config and one per variant (invalid combinations: a UserError naming it)."""
-    base = resolve(algo, env, seeds, steps, file_values, set_values)
+    base = resolve_on_env(algo, env, seeds, steps, file_values, set_values)
     cfgs = []
     for v in variants:
         try:
             cfgs.append(
-                resolve(algo, env, seeds, steps, file_values, {**set_values, **v["overrides"]})
+                resolve_on_env(
+                    algo, env, seeds, steps, file_values, {**set_values, **v["overrides"]}
+                )
             )
         except UserError as e:
             raise UserError(f"{v['label']}: {e}") from None
@@ -169,7 +172,7 @@ def drop_invalid(algo, env, seeds, steps, file_values, set_values, variants):
     kept, skipped = [], []
     for v in variants:
         try:
-            resolve(algo, env, seeds, steps, file_values, {**set_values, **v["overrides"]})
+            resolve_on_env(algo, env, seeds, steps, file_values, {**set_values, **v["overrides"]})
             kept.append(v)
         except UserError as e:
             skipped.append(f"{v['label']}: {e}")

@@ -55,8 +55,8 @@ import yaml
 from rich.table import Table
 
 from backflip import stats
-from backflip.algos import get_algo
-from backflip.config import format_value, parse_value, resolve
+from backflip.algos import get_algo, resolve_on_env
+from backflip.config import format_value, parse_value
 from backflip.envs import check_supported
 from backflip.errors import UserError, did_you_mean
 from backflip.experiments import plan as plans
@@ -512,7 +512,7 @@ def run_worker(
         raise UserError("--evals must be 0 or more")
     if plan_seeds < 2:
         raise UserError("--plan-seeds must be at least 2")
-    base = resolve(algo, env, seeds, steps, None, sets)
+    base = resolve_on_env(algo, env, seeds, steps, None, sets)
     check_supported(base.algo, get_algo(algo).action_spaces, base.env_id, base.env)
     base_flat, types = base.flat(), _setting_types(algo)
     if space_path:
@@ -621,7 +621,7 @@ def _run_trial(job: TrialJob, study, trial) -> str:
     if every:
         settings["eval_every"] = every
     try:
-        cfg = resolve(algo, env, seeds, job.steps, None, settings)
+        cfg = resolve_on_env(algo, env, seeds, job.steps, None, settings)
     except UserError as e:  # a combination the config refuses (a minibatch above the rollout)
         trial.set_user_attr("error", str(e))
         study.tell(trial, state=State.FAIL)
