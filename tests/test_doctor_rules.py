@@ -543,7 +543,7 @@ def test_the_horizon_rules_name_survival_bias_and_its_mirror():
     run = data(prefs__env_terminations=ends, prefs__terminated_frac=np.full(N, 0.9))
     run.learned_reward, run.prefs = True, {"horizon": "variable"}
     f = fired(run)["prefs-variable-horizon"]
-    assert f.severity == "warning" and "400 training episodes early" in f.message
+    assert f.severity == "warning" and "400 training episodes early (90% of the last" in f.message
     fixed = data(prefs__env_terminations=ends)
     fixed.learned_reward, fixed.prefs = True, {"horizon": "restart"}
     assert "prefs-variable-horizon" not in fired(fixed)
@@ -590,3 +590,28 @@ def test_labels_that_say_nothing_are_named():
     assert "labels-uninformative" not in fired(solved)  # alike because all do the task
     few = data(prefs__labels=np.full(N, 20.0), prefs__labels_equal=np.full(N, 20.0))
     assert "labels-uninformative" not in fired(few)
+
+
+def test_failures_that_persist_under_a_fixed_horizon_are_named():
+    """`prefs-failures-persist`: an env that ends the first episodes at failure and still ends
+    most of the last ones, under a fixed horizon; quiet where the policy learned not to fail,
+    where ends are successes (few at first, more later: Acrobot), under a variable horizon
+    (another rule's) and on plain runs."""
+
+    def run(frac, horizon="restart", learned=True):
+        d = data(prefs__terminated_frac=frac)
+        d.learned_reward, d.prefs = learned, {"horizon": horizon, "absorb_steps": 25}
+        return fired(d)
+
+    stuck = np.r_[np.full(N // 5, 1.0), np.full(N - N // 5, 0.9)]
+    f = run(stuck)["prefs-failures-persist"]
+    assert f.severity == "warning" and "90% of the policy's last episodes" in f.message
+    assert "25 absorbing steps" in f.message
+    assert "rest of the horizon" in run(stuck, "absorb")["prefs-failures-persist"].message
+    assert "prefs-failures-persist" in run(stuck, "auto")
+    learned = np.r_[np.full(N // 2, 0.95), np.full(N - N // 2, 0.2)]  # it stopped falling
+    assert "prefs-failures-persist" not in run(learned)
+    successes = np.linspace(0.0, 0.85, N)  # Acrobot: ends are the goal, more as it learns
+    assert "prefs-failures-persist" not in run(successes)
+    assert "prefs-failures-persist" not in run(stuck, "variable")
+    assert "prefs-failures-persist" not in run(stuck, learned=False)
