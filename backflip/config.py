@@ -147,7 +147,7 @@ LABELERS = ("synthetic", "human", *(f"bpref-{name}" for name in BPREF_TEACHER_NA
 REWARD_INPUTS = ("obs+action", "next-obs", "progress")
 REWARD_CNNS = ("auto", "paper", "keypoints", "small")
 SELECTIONS = ("random", "disagreement", "entropy", "k-center")
-HORIZONS = ("auto", "absorb", "restart", "variable")
+HORIZONS = ("auto", "absorb", "restart", "terminal", "variable")
 
 
 @dataclass
@@ -174,11 +174,13 @@ class PrefsConfig:
     ends one it goes on in an absorbing state (the last observation held, reward 0, one learned
     value in the reward model: the labels say whether ending is good or bad), for absorb_steps
     steps and then the env restarts inside the episode (restart), or until the time limit
-    (absorb); variable keeps the env's own episodes (their length leaks reward: a warning);
-    auto is restart (said at launch)"""
+    (absorb); terminal: absorb_steps steps in it, then the episode ends for the learner with the
+    absorbing state's value for ever, r̂_abs/(1 − γ) (on-policy learners; docs/preferences.md,
+    "What the fixed horizon costs"); variable keeps the env's own episodes (their length leaks
+    reward: a warning); auto is restart (said at launch)"""
     absorb_steps: int = 25
-    """prefs.horizon=restart: steps in the absorbing state after the env ends an episode, before
-    it restarts: a clip's length (each end costs this many steps of the absorbing state's value,
+    """prefs.horizon=restart (terminal): steps in the absorbing state after the env ends an
+    episode, before it restarts (ends): a clip's length (each end costs this many steps of the absorbing state's value,
     and one clip can show it whole; 0: restart at once, as CartPoleFixedHorizon)"""
     mode: str = "sync"
     """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a

@@ -165,17 +165,18 @@ def test_an_env_without_a_time_limit_is_given_one_and_says_so(tmp_path):
         gym.registry.pop("NoLimitCartPole-v0")
 
 
-def play(env, actions, seed=3):
-    """Step `env` with `actions` from a reset: (observations, rewards, infos, truncated at)."""
+def play(env, actions, seed=3, ends=False):
+    """Step `env` with `actions` from a reset: (observations, rewards, infos, ended at); a fixed
+    horizon never terminates (only `ends`: prefs.horizon=terminal)."""
     obs, _ = env.reset(seed=seed)
     out, rewards, infos = [obs], [], []
     for t, a in enumerate(actions, 1):
         obs, r, term, trunc, info = env.step(a)
-        assert not term  # a fixed horizon never terminates
+        assert ends or not term
         out.append(obs)
         rewards.append(r)
         infos.append(info)
-        if trunc:
+        if trunc or term:
             return out, rewards, infos, t
     return out, rewards, infos, None
 
@@ -228,6 +229,57 @@ def test_a_restart_after_a_few_absorbing_steps_gives_another_try():
         _, _, term, trunc, _ = envs.step(envs.action_space.sample())
         assert not term.any() and not trunc.any()
     assert envs.step(envs.action_space.sample())[3].all()
+
+
+def test_a_terminal_horizon_ends_the_episode_after_the_absorbing_steps():
+    """prefs.horizon=terminal: after a termination, `restart_after` absorbing steps (held
+    observation, reward 0), the last one ending the episode and marked `absorbing_end`."""
+    from backflip.envs import make_env
+    from backflip.envs.horizon import FixedHorizon
+
+    env = make_env("CartPole-v1", wrap=functools.partial(FixedHorizon, restart_after=5, end=True))
+    env.action_space.seed(1)
+    obs, rewards, infos, end = play(env, [env.action_space.sample() for _ in range(600)], ends=True)
+    first = next(t for t, i in enumerate(infos) if i.get("terminated_early"))
+    assert end == first + 5 + 1  # the env's end, then 5 absorbing steps: the episode's last
+    assert [bool(i.get("absorbing")) for i in infos[first + 1 :]] == [True] * 5
+    assert [bool(i.get("absorbing_end")) for i in infos[first + 1 :]] == [False] * 4 + [True]
+    assert all(np.array_equal(o, obs[first + 1]) for o in obs[first + 1 :])
+    assert all(r == 0 for r in rewards[first + 1 :])
+
+
+def test_a_terminal_horizon_pays_the_end_for_ever_and_is_refused_where_it_cannot(home, cli):
+    """What the policy is paid: under `terminal` the end of an episode is worth the absorbing
+    state's reward for ever (r̂_abs/(1 − γ)), far beyond any step's reward under `restart` (the
+    rewards the policy sees: env/reward_min, env/reward_max); refused for replay learners and
+    without absorbing steps."""
+    import json
+
+    from backflip.runs.archive import load_run
+    from backflip.telemetry import read_metrics
+
+    def extremes(horizon):
+        proc = cli(
+            "prefs", "train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "4096",
+            "--labels", "30", "--set", "prefs.pretrain_updates=100", "--set", f"prefs.horizon={horizon}",
+            "--set", "prefs.tick_steps=512", "--set", "eval_episodes=2", "--json", "--no-progress",
+        )  # fmt: skip
+        record = load_run(json.loads(proc.stdout)["dir"])
+        assert record["config"]["prefs"]["horizon"] == horizon
+        m = read_metrics(f"{record['dir']}/seeds/0/metrics.csv")
+        return np.min(m["env/reward_min"][1]), np.max(m["env/reward_max"][1])
+
+    lo_r, hi_r = extremes("restart")
+    lo_t, _ = extremes("terminal")
+    # CartPole's random clips teach the model that ending is bad: r̂_abs well below the mean
+    assert lo_t < -10 * max(abs(lo_r), abs(hi_r)), (lo_t, lo_r, hi_r)
+    sac = cli("prefs", "train", "sac", "--env", "Pendulum-v1", "--set", "prefs.horizon=terminal",
+              check=False)  # fmt: skip
+    assert sac.returncode == 2 and "on-policy learners (ppo, a2c, vpg), not sac" in sac.stderr
+    none = cli("prefs", "train", "ppo", "--env", "CartPole-v1", "--set", "prefs.horizon=terminal",
+               "--set", "prefs.absorb_steps=0", check=False)  # fmt: skip
+    assert none.returncode == 2 and "needs prefs.absorb_steps >= 1" in none.stderr
+    assert "Traceback" not in sac.stderr + none.stderr
 
 
 def test_a_preference_run_on_a_terminating_env_reports_the_env_s_own_return(home, cli):

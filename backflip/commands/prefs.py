@@ -263,6 +263,25 @@ def derived_lines(cfg, derived: dict) -> list[str]:
     return lines
 
 
+def check_terminal(cfg) -> None:
+    """`prefs.horizon=terminal` values an end in the reward the learner is paid as it steps: a
+    replay buffer's relabeling (PEBBLE) recomputes rewards without it, and an end needs at least
+    one absorbing step for the reward model to value."""
+    from backflip.algos import get_algo
+    from backflip.algos.settings.offpolicy import Settings as OffPolicy
+
+    if issubclass(get_algo(cfg.algo).config, OffPolicy) or not hasattr(cfg.hp, "gamma"):
+        raise UserError(
+            f"prefs.horizon=terminal is for on-policy learners (ppo, a2c, vpg), not {cfg.algo}: "
+            "a replay buffer's relabeled rewards do not carry an end's value yet; use restart"
+        )
+    if cfg.prefs.absorb_steps < 1:
+        raise UserError(
+            "prefs.horizon=terminal needs prefs.absorb_steps >= 1: the end is valued as the "
+            "absorbing state, which the reward model learns from clips that show it"
+        )
+
+
 def fix_horizon(cfg, facts, notes: list[str] | None):
     """`prefs.horizon=auto` made concrete (restart), checked against the env (a fixed horizon
     needs a time limit), and said in one line; the CNNs checked against the frames."""
@@ -278,6 +297,8 @@ def fix_horizon(cfg, facts, notes: list[str] | None):
             f"{cfg.env_id} has no time limit: prefs.horizon={treatment} needs one "
             "(--set env.max_episode_steps=N)"
         )
+    if treatment == "terminal":
+        check_terminal(cfg)
     from backflip.commands.train import check_cnns
     from backflip.prefs.derive import check_action_input
 

@@ -24,6 +24,14 @@ time limit (`prefs.horizon=absorb`: the episode's return is exactly the env's, b
 ends early spends most of its experience absorbed: PPO on CartPole's true reward under it
 reached a greedy 41 in 6e4 steps, against 496 with restarts after 5 absorbing steps).
 
+With `end` (`prefs.horizon=terminal`) the k-th absorbing step ends the episode instead
+(`terminated`, `info["absorbing_end"] = True`): the learner is paid for it the absorbing
+state's value for ever, r̂_abs/(1 − γ) (`prefs/wrapper.py`), Kostrikov et al.'s absorbing state
+in closed form. An end then costs what the labels say it is worth rather than k steps of it
+(a restart makes a failure cheap: PPO on the *true* reward inside the restart horizon stays
+far below the env's own episodes, docs/preferences.md, "What the fixed horizon costs"), and
+no experience is spent absorbed; on the true reward (r_abs = 0) it is the env's own end.
+
 A step that terminated the env is marked `info["terminated_early"] = True`, so the pipeline
 counts the env's own episodes (their true return is what it reports). Evaluation envs never get
 this wrapper: the true return of the final evaluation is the env's own.
@@ -38,10 +46,12 @@ import gymnasium as gym
 
 class FixedHorizon(gym.Wrapper):
     """Episodes of exactly the env's time limit; after a termination the absorbing state, for
-    `restart_after` steps and then a fresh start (None: until the time limit)."""
+    `restart_after` steps and then a fresh start (None: until the time limit), or with `end`
+    the episode's end."""
 
-    def __init__(self, env: gym.Env, restart_after: int | None = None):
+    def __init__(self, env: gym.Env, restart_after: int | None = None, end: bool = False):
         super().__init__(env)
+        self.end = end  # after restart_after absorbing steps the episode ends (terminal)
         spec = env.spec
         limit = spec.max_episode_steps if spec is not None else None
         if not limit:
@@ -63,6 +73,10 @@ class FixedHorizon(gym.Wrapper):
         self.t += 1
         end = self.t >= self.horizon
         if self.absorbing:
+            if self.end and self.absorbing >= self.restart_after:
+                # terminal: the last absorbing step ends the episode; the learner values what
+                # follows as the absorbing state's reward for ever (`prefs/wrapper.py`)
+                return self.last_obs, 0.0, True, False, {"absorbing": True, "absorbing_end": True}
             if self.restart_after is not None and self.absorbing >= self.restart_after:
                 # the last absorbing step leads to a fresh start (the env's own generator)
                 self.absorbing, self.last_obs = 0, None
@@ -91,5 +105,5 @@ def horizon_wrapper(pcfg):
     treatment = horizon_treatment(pcfg)
     if treatment == "variable":
         return None
-    restart_after = pcfg.absorb_steps if treatment == "restart" else None
-    return functools.partial(FixedHorizon, restart_after=restart_after)
+    restart_after = pcfg.absorb_steps if treatment in ("restart", "terminal") else None
+    return functools.partial(FixedHorizon, restart_after=restart_after, end=treatment == "terminal")

@@ -165,6 +165,9 @@ def horizon_line(facts: EnvFacts, treatment: str, horizon: int, absorb_steps: in
         "restart": f"an episode the env ends early goes on in an absorbing state (the last "
         f"observation, reward 0, one learned value) for {absorb_steps} steps, then the env "
         "restarts inside it",
+        "terminal": f"an episode the env ends early goes on in an absorbing state (the last "
+        f"observation, reward 0, one learned value) for {absorb_steps} steps, then ends for the "
+        "learner, valued as that state for ever",
     }[treatment]
     return f"horizon: fixed at {horizon:,} steps (prefs.horizon={treatment}): {what} ({seen})"
 

@@ -125,6 +125,8 @@ class Pipeline:
         self.cfg, self.run = pcfg, run
         self.env_id, self.env_opts = cfg.env_id, cfg.env
         self.steps = cfg.steps
+        # the policy's discount: the value of an end under prefs.horizon=terminal (wrapper.py)
+        self.gamma = float(getattr(cfg.hp, "gamma", 0.99))
         self.folder = Path(run.out_dir)
         # every env this pipeline makes for the policy and for its clips: a fixed horizon, and
         # for a person the env's own rendered frames of every step (what the page shows)

@@ -48,6 +48,11 @@ class LearnedReward(gym.vector.VectorWrapper):
         ended = np.asarray(term, bool) | flags(info, "terminated_early", self.num_envs)
         absorbing = flags(info, "absorbing", self.num_envs)  # taken in the absorbing state
         reward = self.pipeline.reward(obs_before, actions, obs, absorbing, absorbing | ended)
+        # prefs.horizon=terminal: the episode's last absorbing step is worth the absorbing
+        # state's reward for ever, r̂_abs/(1 − γ) (envs/horizon.py)
+        last = flags(info, "absorbing_end", self.num_envs)
+        if last.any():
+            reward = np.where(last, reward / (1.0 - self.pipeline.gamma), reward)
         reward = np.where(valid, reward, 0.0)
         done = term | trunc
         self.pipeline.on_step(
