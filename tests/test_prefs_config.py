@@ -141,7 +141,9 @@ def test_a_section_built_by_hand_is_checked_too():
 
 def test_a_terminating_env_gets_a_fixed_horizon_by_default(tmp_path):
     cfg, notes = build(tmp_path, "prefs", "train", "ppo", "--env", "CartPole-v1", "--seeds", "1")
-    assert cfg.prefs.horizon == "restart"  # resolved at launch, recorded as such
+    assert cfg.prefs.horizon == "terminal"  # resolved at launch, recorded as such
+    sac, _ = build(tmp_path, "prefs", "train", "sac", "--env", "Pendulum-v1", "--seeds", "1")
+    assert sac.prefs.horizon == "restart"  # a replay learner's relabeled rewards carry no end
     line = next(n for n in notes if n.startswith("horizon:"))
     assert "fixed at 500 steps" in line and "absorbing state" in line and "for 25 steps" in line
     assert "of 20 random episodes ended before the time limit" in line
@@ -282,10 +284,12 @@ def test_a_terminal_horizon_pays_the_end_for_ever_and_is_refused_where_it_cannot
     assert "Traceback" not in sac.stderr + none.stderr
 
 
-def test_a_preference_run_on_a_terminating_env_reports_the_env_s_own_return(home, cli):
-    """End to end on CartPole (falls under a random policy): the run records its horizon, the
-    seed's episodes last the horizon, the env's terminations are counted, and the true return
-    the summary reports is the evaluation on the env's own episodes."""
+@pytest.mark.parametrize("horizon", ["auto", "restart"])
+def test_a_preference_run_on_a_terminating_env_reports_the_env_s_own_return(home, cli, horizon):
+    """End to end on CartPole (falls under a random policy): the run records its horizon (auto:
+    terminal, for PPO), the seed's episodes last the horizon (restart) or end one clip after
+    the env's end (terminal), the env's terminations are counted, and the true return the
+    summary reports is the evaluation on the env's own episodes."""
     import json
 
     from backflip.runs.archive import load_run
@@ -294,19 +298,23 @@ def test_a_preference_run_on_a_terminating_env_reports_the_env_s_own_return(home
     proc = cli(
         "prefs", "train", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "6000",
         "--labels", "20", "--set", "prefs.pretrain_updates=20", "--set", "prefs.tick_steps=512",
-        "--set", "eval_episodes=3", "--json", "--no-progress",
+        "--set", "eval_episodes=3", "--set", f"prefs.horizon={horizon}", "--json", "--no-progress",
     )  # fmt: skip
-    assert "horizon: fixed at 500 steps (prefs.horizon=restart)" in proc.stderr
+    treatment = "terminal" if horizon == "auto" else horizon
+    assert f"horizon: fixed at 500 steps (prefs.horizon={treatment})" in proc.stderr
     record = load_run(json.loads(proc.stdout)["dir"])
-    assert record["config"]["prefs"]["horizon"] == "restart"
+    assert record["config"]["prefs"]["horizon"] == treatment
     assert any(n.startswith("horizon: fixed at 500") for n in record["notes"])
     folder = f"{record['dir']}/seeds/0"
     _, _, lengths = read_episodes(f"{folder}/episodes.csv")
-    assert set(lengths.tolist()) == {500}  # every training episode lasts the horizon
+    if treatment == "restart":
+        assert set(lengths.tolist()) == {500}  # every training episode lasts the horizon
+    else:  # the env's end, then 25 absorbing steps: at least 26 steps, at most the horizon
+        assert lengths.min() >= 26 and lengths.max() <= 500 and lengths.min() < 500
     metrics = read_metrics(f"{folder}/metrics.csv")
     assert metrics["prefs/env_terminations"][1][-1] > 0
     # the true return reported is of the env's own episodes (a few dozen steps at this stage),
-    # not of the 500-step fixed-horizon episodes the policy trained in
+    # not of the fixed-horizon episodes the policy trained in
     assert 0 < metrics["prefs/true_return_mean"][1][-1] < 200
     evals = record["seeds"][0]["final_eval_returns"]
     assert all(r <= 500 for r in evals) and record["seeds"][0]["final_eval_return"] < 500

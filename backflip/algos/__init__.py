@@ -151,3 +151,11 @@ def action_line(cfg) -> str | None:
         f"actions (algos/settings/{cfg.algo}.py: ACTION_DEFAULTS; --set overrides each): "
         + ", ".join(said)
     )
+
+
+def replay_learner(algo: str) -> bool:
+    """True for the algorithms that learn from a replay buffer (the off-policy `Settings`:
+    DQN, DDPG, TD3, SAC), whose stored rewards a preference run relabels."""
+    from backflip.algos.settings.offpolicy import Settings as OffPolicy
+
+    return issubclass(get_algo(algo).config, OffPolicy)

@@ -94,15 +94,19 @@ class FixedHorizon(gym.Wrapper):
         return obs, reward, False, truncated or end, info
 
 
-def horizon_treatment(pcfg) -> str:
-    """`prefs.horizon` as a seed applies it: auto is restart."""
-    return "restart" if pcfg.horizon == "auto" else pcfg.horizon
+def horizon_treatment(pcfg, replay: bool = False) -> str:
+    """`prefs.horizon` as a seed applies it: auto is terminal for a learner paid as it steps
+    (PPO, A2C, VPG), restart for one that learns from a replay buffer (`replay`: its relabeled
+    rewards do not carry an end's value). A launch records the concrete treatment."""
+    if pcfg.horizon != "auto":
+        return pcfg.horizon
+    return "restart" if replay else "terminal"
 
 
-def horizon_wrapper(pcfg):
+def horizon_wrapper(pcfg, replay: bool = False):
     """The per-copy wrapper of `prefs.horizon` (a picklable callable: checkpoints keep the
     envs), or None for `variable`."""
-    treatment = horizon_treatment(pcfg)
+    treatment = horizon_treatment(pcfg, replay)
     if treatment == "variable":
         return None
     restart_after = pcfg.absorb_steps if treatment in ("restart", "terminal") else None

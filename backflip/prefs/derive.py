@@ -108,7 +108,8 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
     )
     out["prefs.absorb_steps"] = (
         segment,
-        "after the env ends an episode, one clip's length in the absorbing state, then a restart",
+        "after the env ends an episode, one clip's length in the absorbing state (one clip can "
+        "show it whole), then a restart (prefs.horizon=terminal: the end)",
     )
     labels = int(min(LABELS_MAX, max(LABELS_MIN, round(steps * LABELS_PER_STEP / 50) * 50)))
     out["prefs.labels"] = (

@@ -336,23 +336,23 @@ def prefs_variable_horizon(d: RunData):
     "prefs-failures-persist",
     entry="20",
     reads=("prefs/terminated_frac",),
-    threshold="a preference run with a fixed horizon (prefs.horizon=restart or absorb) whose env "
+    threshold="a preference run under prefs.horizon=restart whose env "
     "ended ≥ 80% of the policy's first episodes early (median over the first tenth of rows: "
     "an env that ends at failure) and still ≥ 50% over the last quarter (≥ 10 rows)",
-    cause="the policy still fails most of its episodes at the end of the run. Under a fixed "
+    cause="the policy still fails most of its episodes at the end of the run. Under the restart "
     "horizon an end costs absorb_steps steps of the absorbing state's learned value, then the "
     "env restarts and the policy gets another try; on the env's own episodes it ends the "
     "return: the pressure not to fail is far weaker, and learning not to fail slow. PPO on "
-    "the true reward under the same horizon lags too (InvertedDoublePendulum, 2e5 steps: "
+    "the true reward under the same horizon lags as much (InvertedDoublePendulum, 2e5 steps: "
     "docs/preferences.md, 'What the fixed horizon costs')",
-    check_next="how much the horizon alone costs on this env: PPO on the true reward inside it "
-    "(benchmarks/horizon_cost.py); a longer budget (the true return still rising?); "
-    "reward_model/segment_corr (is the model's judgement of the end right?)",
+    check_next="prefs.horizon=terminal (on-policy learners, their default: the end valued as "
+    "the absorbing state for ever; InvertedDoublePendulum 0.06 -> 0.89); how much the horizon "
+    "alone costs on this env (benchmarks/horizon_cost.py); reward_model/segment_corr",
     source=f"{KOSTRIKOV}; Christiano et al. 2017 (termination replaced by a penalty)",
     live=True,
 )
 def prefs_failures_persist(d: RunData):
-    if not d.learned_reward or d.prefs.get("horizon", "auto") == "variable":
+    if not d.learned_reward or d.prefs.get("horizon") != "restart":
         return None
     if (s := d.get("prefs/terminated_frac")) is None:
         return None
@@ -363,16 +363,14 @@ def prefs_failures_persist(d: RunData):
     late = float(np.median(frac[-max(len(frac) // 4, 3) :]))
     if early < 0.8 or late < 0.5:
         return None
-    if d.prefs.get("horizon") == "absorb":
-        cost = "the rest of the horizon in the absorbing state"
-    else:
-        absorb = d.prefs.get("absorb_steps")
-        cost = f"{absorb if absorb is not None else 'a few'} absorbing steps, then a fresh start"
+    absorb = d.prefs.get("absorb_steps")
+    cost = f"{absorb if absorb is not None else 'a few'} absorbing steps, then a fresh start"
     return Hit(
         "warning",
         f"the env still ended {100 * late:.0f}% of the policy's last episodes early "
-        f"({100 * early:.0f}% of its first): under the fixed horizon a failure costs "
-        f"{cost}, where on the env's own episodes it ends the return",
+        f"({100 * early:.0f}% of its first): under the restart horizon a failure costs "
+        f"{cost}, where on the env's own episodes it ends the return (prefs.horizon=terminal "
+        "values the end for ever)",
         metric="prefs/terminated_frac",
         step=int(steps[-1]),
         evidence={"early": early, "late": late},
