@@ -354,6 +354,12 @@ def test_rules_about_the_learned_reward_call_it_the_learned_reward():
     prefs = data(**big)
     prefs.learned_reward = True
     assert "per-step learned rewards (r̂) reach" in fired(prefs)["reward-scale"].message
+    # under prefs.horizon=terminal the end's value r̂_abs/(1 − γ) is large by design: quiet
+    # where the learner scales rewards, named where it does not
+    prefs.prefs, prefs.hp = {"horizon": "terminal"}, {"scale_reward": True}
+    assert "reward-scale" not in fired(prefs)
+    prefs.hp = {"scale_reward": False}
+    assert "the end's value" in fired(prefs)["reward-scale"].message
     # a learned-reward return rising is no finding on an ordinary run (there is no other)
     assert "reward-model-gamed" not in fired(data(rollout__ep_return_mean=learning_returns()))
 

@@ -31,7 +31,9 @@ from backflip.doctor.series import (
     entry="6",
     reads=("env/reward_min", "env/reward_max", "rollout/ep_return_mean", "rollout/ep_len_mean"),
     threshold="typical |reward| per step > 100 (raw env/reward_*, else return / length; on a "
-    "preference run these hold the learned reward the policy trains on, and the finding says so)",
+    "preference run these hold the learned reward the policy trains on, and the finding says so; "
+    "under prefs.horizon=terminal they hold the end's value r̂_abs/(1 − γ), by design: quiet "
+    "when the learner scales rewards, scale_reward=true)",
     cause="rewards on a scale networks and optimizers handle badly; value targets far outside ±10",
     check_next="scale rewards (backflip: scale_reward=true, divides by the running std of the "
     "return — scale, don't shift), or divide the env's reward by a constant",
@@ -39,6 +41,9 @@ from backflip.doctor.series import (
     live=True,
 )
 def reward_scale(d: RunData):
+    terminal = d.learned_reward and d.prefs.get("horizon") == "terminal"
+    if terminal and d.hp.get("scale_reward"):
+        return None  # the end's value is large by design, and scaled before the learner sees it
     lo, hi = d.get("env/reward_min"), d.get("env/reward_max")
     if lo is not None and hi is not None and len(lo[0]) == len(hi[0]):
         both = np.maximum(np.abs(lo[1]), np.abs(hi[1]))
@@ -66,6 +71,11 @@ def reward_scale(d: RunData):
         )
     if typical <= 100:
         return None
+    if terminal:
+        how += (
+            " — the end's value r̂_abs/(1 − γ) under prefs.horizon=terminal, which the learner "
+            "sees unscaled (scale_reward=false)"
+        )
     return Hit("warning", how, metric=metric, step=step, evidence={"typical_abs_reward": typical})
 
 
