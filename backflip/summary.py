@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import shlex
 
-from backflip.algos import resolve_on_env
 from backflip.config import TrainConfig, format_value, run_kind
+from backflip.runconfig import resolve_on_env
 from backflip.runs.archive import waiting_seeds
 
 

@@ -95,9 +95,9 @@ def random_return(env_id: str, episodes: int = 20) -> float:
 
 def configs(name: str, args, home: Path):
     """(the true-reward config, the preference config, the preference run's launch notes)."""
-    from backflip.algos import resolve_on_env as resolve
     from backflip.cli import build_parser
     from backflip.commands.prefs import build
+    from backflip.runconfig import resolve_on_env as resolve
 
     env_id, algo, steps, _, policy = ENVS[name]
     steps = args.steps or steps

@@ -139,8 +139,8 @@ def test_an_env_without_a_preset_gets_settings_from_its_action_space():
     """PPO's defaults are rl-zoo's CartPole entry; on an env it has no preset for whose actions
     are a Box it takes the continuous-control settings instead, from the env's action space and
     not from its id (`ACTION_DEFAULTS`); presets, --set and discrete actions are untouched."""
-    from backflip.algos import action_line, resolve_on_env
     from backflip.algos.settings.ppo import CONTINUOUS, Config
+    from backflip.runconfig import action_line, resolve_on_env
 
     box = resolve_on_env("ppo", "MountainCarContinuous-v0", [0], 10_000)
     assert {k: getattr(box.hp, k) for k in CONTINUOUS} == CONTINUOUS
@@ -173,9 +173,9 @@ def test_a_run_on_an_env_without_a_preset_says_its_derived_settings_and_reproduc
     reproduce line, run through the same parser and resolver, gives the same config."""
     import shlex
 
-    from backflip.algos import resolve_on_env
     from backflip.cli import build_parser, main
     from backflip.commands.train import seeds_from
+    from backflip.runconfig import resolve_on_env
     from backflip.summary import reproduce_command
 
     argv = ["train", "ppo", "--env", "MountainCarContinuous-v0", "--steps", "4096"]

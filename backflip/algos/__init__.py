@@ -8,7 +8,8 @@ Each algorithm is two modules in this package:
   optionally with a `steps` budget); optionally `ABLATIONS` ({switch name: settings that turn it
   off}, for `backflip ablate`), `BENCHMARKS` ({env id: steps}, the reference envs of `backflip
   bench`; default: `PRESETS`), `ACTION_DEFAULTS` ({action-space kind: settings} for an env
-  without a preset: `config.resolve`) and `budget(hp, steps, episode_limit)` (below);
+  without a preset: `config.resolve`, `runconfig.resolve_on_env`) and `budget(hp, steps,
+  episode_limit)` (below);
 - `<name>.py`, the algorithm: `train(cfg, run)`, the training loop (`run` is a
   `backflip.seedrun.SeedRun`; DQN, DDPG, TD3 and SAC hand their pieces to the loop they share,
   `offpolicy.train`); `load(checkpoint, obs_space, act_space, device="cpu") -> Agent` (see
@@ -108,49 +109,6 @@ def budget_line(budget: dict) -> str | None:
     planned = budget.get("planned")
     will = f"{planned:,}" if planned is not None else f"at least {budget['requested']:,}"
     return f"budget: {budget['requested']:,} steps requested, {will} will run ({budget['why']})"
-
-
-def resolve_on_env(algo: str, env_id: str, *args, **kwargs):
-    """`config.resolve` for a run on a user's env: where the algorithm has settings by action
-    space and no preset for the env (`ACTION_DEFAULTS`: PPO on a Box gets the PPO paper's
-    continuous-control settings), the env is made once to see its actions (`envs.action_kind`)
-    and the config resolved with them. Every command that starts a run from an env id calls it,
-    and `backflip show`'s reproduce line resolves through it, so both derive the same values."""
-    from backflip.config import resolve
-
-    spec = get_algo(algo)
-    if not spec.action_defaults or env_id in spec.presets:
-        return resolve(algo, env_id, *args, **kwargs)
-    from backflip.envs import action_kind
-
-    return resolve(algo, env_id, *args, **kwargs, action=action_kind(env_id))
-
-
-def action_line(cfg) -> str | None:
-    """What to say at launch (and keep in the run's record) when `cfg` took settings from its
-    env's action space (`resolve_on_env`): the values each has in the run, one replaced by a
-    config file or `--set` said as yours; None when none were taken."""
-    from backflip.config import action_defaults, format_value
-
-    spec = get_algo(cfg.algo)
-    if not spec.action_defaults or cfg.env_id in spec.presets:
-        return None
-    from backflip.envs import action_kind
-
-    action = action_kind(cfg.env_id)
-    taken = action_defaults(cfg.algo, cfg.env_id, action)
-    if not taken:
-        return None
-    flat = cfg.flat()
-    said = [
-        f"{k}={format_value(flat[k])}" + ("" if flat[k] == v else f" (yours; {format_value(v)})")
-        for k, v in taken.items()
-    ]
-    return (
-        f"{cfg.env_id} has no {cfg.algo} preset: the settings for its {action.capitalize()} "
-        f"actions (algos/settings/{cfg.algo}.py: ACTION_DEFAULTS; --set overrides each): "
-        + ", ".join(said)
-    )
 
 
 def replay_learner(algo: str) -> bool:

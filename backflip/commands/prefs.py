@@ -95,8 +95,8 @@ def build(args, home, notes: list[str] | None = None):
     """The run's TrainConfig (kind prefs) from the arguments, through the one resolver
     (`config.resolve`): settings derived from the env (no preset) < presets < --config < --set <
     the flags. `notes` receives the lines to say at launch (the horizon, the derived settings)."""
-    from backflip.algos import action_line, resolve_on_env
     from backflip.config import load_config_file, parse_sets
+    from backflip.runconfig import action_line, resolve_on_env
     from backflip.runs.archive import load_run
     from backflip.runs.index import resolve_run
 

@@ -58,10 +58,11 @@ def register(sub) -> None:
 
 
 def launch_study(args, kind: str, make_variants) -> int:
-    from backflip.algos import get_algo, resolve_on_env
+    from backflip.algos import get_algo
     from backflip.config import load_config_file, parse_sets
     from backflip.envs import check_supported
     from backflip.experiments.sweep import build_configs, format_study, judge, run_study, save_study
+    from backflip.runconfig import resolve_on_env
     from backflip.runs.archive import home_dir
 
     home = home_dir(args.home, create=True)

@@ -122,8 +122,8 @@ def _steps(text: str) -> str:
 
 
 def run(args) -> int:
-    from backflip.algos import action_line, resolve_on_env
     from backflip.config import check_tags, load_config_file, parse_sets
+    from backflip.runconfig import action_line, resolve_on_env
     from backflip.runs.archive import home_dir
 
     # everything is checked before anything is created

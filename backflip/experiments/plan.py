@@ -42,10 +42,11 @@ from pathlib import Path
 import yaml
 
 from backflip import stats
-from backflip.algos import get_algo, resolve_on_env
+from backflip.algos import get_algo
 from backflip.config import TrainConfig
 from backflip.envs import check_supported
 from backflip.errors import UserError
+from backflip.runconfig import resolve_on_env
 from backflip.runs import index
 from backflip.runs.archive import now_iso, read_json, write_json
 from backflip.summary import fmt

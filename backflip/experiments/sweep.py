@@ -26,11 +26,11 @@ from pathlib import Path
 from rich.table import Table
 
 from backflip import stats
-from backflip.algos import resolve_on_env
 from backflip.config import SECTIONS, RunOptions, parse_value
 from backflip.errors import UserError, did_you_mean
 from backflip.experiments.compare import table_text
 from backflip.plots import sensitivity_figure
+from backflip.runconfig import resolve_on_env
 from backflip.runs.archive import write_json
 from backflip.runs.layout import new_run_id
 from backflip.summary import fmt

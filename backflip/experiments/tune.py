@@ -55,12 +55,13 @@ import yaml
 from rich.table import Table
 
 from backflip import stats
-from backflip.algos import get_algo, resolve_on_env
+from backflip.algos import get_algo
 from backflip.config import format_value, parse_value
 from backflip.envs import check_supported
 from backflip.errors import UserError, did_you_mean
 from backflip.experiments import plan as plans
 from backflip.experiments.compare import table_text
+from backflip.runconfig import resolve_on_env
 from backflip.runs.archive import (
     now_iso,
     pid_alive,
