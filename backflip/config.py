@@ -177,8 +177,8 @@ class PrefsConfig:
     (absorb); terminal: absorb_steps steps in it, then the episode ends for the learner with the
     absorbing state's value for ever, r̂_abs/(1 − γ) (on-policy learners; docs/preferences.md,
     "What the fixed horizon costs"); variable keeps the env's own episodes (their length leaks
-    reward: a warning); auto is terminal for PPO, A2C and VPG, restart for replay learners (said
-    at launch)"""
+    reward: a warning); auto is terminal for PPO, A2C and VPG, restart for replay learners and
+    CEM (said at launch)"""
     absorb_steps: int = 25
     """prefs.horizon=restart (terminal): steps in the absorbing state after the env ends an
     episode, before it restarts (ends): a clip's length (each end costs this many steps of the absorbing state's value,

@@ -144,6 +144,11 @@ def test_a_terminating_env_gets_a_fixed_horizon_by_default(tmp_path):
     assert cfg.prefs.horizon == "terminal"  # resolved at launch, recorded as such
     sac, _ = build(tmp_path, "prefs", "train", "sac", "--env", "Pendulum-v1", "--seeds", "1")
     assert sac.prefs.horizon == "restart"  # a replay learner's relabeled rewards carry no end
+    cem, _ = build(tmp_path, "prefs", "train", "cem", "--env", "CartPole-v1", "--seeds", "1")
+    assert cem.prefs.horizon == "restart"  # no discount to value an end with
+    with pytest.raises(UserError, match="not cem"):
+        build(tmp_path, "prefs", "train", "cem", "--env", "CartPole-v1",
+              "--set", "prefs.horizon=terminal")  # fmt: skip
     line = next(n for n in notes if n.startswith("horizon:"))
     assert "fixed at 500 steps" in line and "absorbing state" in line and "for 25 steps" in line
     assert "of 20 random episodes ended before the time limit" in line

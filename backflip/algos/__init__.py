@@ -111,9 +111,13 @@ def budget_line(budget: dict) -> str | None:
     return f"budget: {budget['requested']:,} steps requested, {will} will run ({budget['why']})"
 
 
-def replay_learner(algo: str) -> bool:
-    """True for the algorithms that learn from a replay buffer (the off-policy `Settings`:
-    DQN, DDPG, TD3, SAC), whose stored rewards a preference run relabels."""
+def values_ends(algo: str) -> bool:
+    """True for the learners that can be paid an episode's end as it happens (PPO, A2C, VPG:
+    a discount, and rewards used as they arrive): `prefs.horizon=terminal`'s r̂_abs/(1 − γ).
+    Not a replay learner (DQN, DDPG, TD3, SAC: a preference run relabels its stored rewards,
+    which would drop the end's value) nor one without a discount (CEM)."""
     from backflip.algos.settings.offpolicy import Settings as OffPolicy
 
-    return issubclass(get_algo(algo).config, OffPolicy)
+    spec = get_algo(algo)
+    has_gamma = any(f.name == "gamma" for f in dataclasses.fields(spec.config))
+    return has_gamma and not issubclass(spec.config, OffPolicy)

@@ -267,12 +267,13 @@ def check_terminal(cfg) -> None:
     """`prefs.horizon=terminal` values an end in the reward the learner is paid as it steps: a
     replay buffer's relabeling (PEBBLE) recomputes rewards without it, and an end needs at least
     one absorbing step for the reward model to value."""
-    from backflip.algos import replay_learner
+    from backflip.algos import values_ends
 
-    if replay_learner(cfg.algo) or not hasattr(cfg.hp, "gamma"):
+    if not values_ends(cfg.algo):
         raise UserError(
             f"prefs.horizon=terminal is for on-policy learners (ppo, a2c, vpg), not {cfg.algo}: "
-            "a replay buffer's relabeled rewards do not carry an end's value yet; use restart"
+            "a replay buffer's relabeled rewards do not carry an end's value yet, and CEM has no "
+            "discount to value it with; use restart"
         )
     if cfg.prefs.absorb_steps < 1:
         raise UserError(
@@ -284,13 +285,13 @@ def check_terminal(cfg) -> None:
 def fix_horizon(cfg, facts, notes: list[str] | None):
     """`prefs.horizon=auto` made concrete (restart), checked against the env (a fixed horizon
     needs a time limit), and said in one line; the CNNs checked against the frames."""
-    from backflip.algos import replay_learner
+    from backflip.algos import values_ends
     from backflip.envs import episode_limit
     from backflip.envs.horizon import horizon_treatment
     from backflip.prefs.derive import horizon_line
 
     pcfg = cfg.prefs
-    treatment = horizon_treatment(pcfg, replay_learner(cfg.algo))
+    treatment = horizon_treatment(pcfg, values_ends(cfg.algo))
     horizon = episode_limit(cfg.env_id, cfg.env)
     if treatment != "variable" and horizon is None:
         raise UserError(

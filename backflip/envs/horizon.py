@@ -94,19 +94,20 @@ class FixedHorizon(gym.Wrapper):
         return obs, reward, False, truncated or end, info
 
 
-def horizon_treatment(pcfg, replay: bool = False) -> str:
-    """`prefs.horizon` as a seed applies it: auto is terminal for a learner paid as it steps
-    (PPO, A2C, VPG), restart for one that learns from a replay buffer (`replay`: its relabeled
-    rewards do not carry an end's value). A launch records the concrete treatment."""
+def horizon_treatment(pcfg, values_ends: bool = False) -> str:
+    """`prefs.horizon` as a seed applies it: auto is terminal for a learner that can be paid an
+    end as it happens (`values_ends`: PPO, A2C, VPG; `algos.values_ends`), restart for the
+    others (replay learners, whose relabeled rewards would drop it; CEM). A launch records the
+    concrete treatment."""
     if pcfg.horizon != "auto":
         return pcfg.horizon
-    return "restart" if replay else "terminal"
+    return "terminal" if values_ends else "restart"
 
 
-def horizon_wrapper(pcfg, replay: bool = False):
+def horizon_wrapper(pcfg, values_ends: bool = False):
     """The per-copy wrapper of `prefs.horizon` (a picklable callable: checkpoints keep the
     envs), or None for `variable`."""
-    treatment = horizon_treatment(pcfg, replay)
+    treatment = horizon_treatment(pcfg, values_ends)
     if treatment == "variable":
         return None
     restart_after = pcfg.absorb_steps if treatment in ("restart", "terminal") else None

@@ -67,7 +67,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backflip.algos import replay_learner
+from backflip.algos import values_ends
 from backflip.config import PrefsConfig, TrainConfig
 from backflip.envs.horizon import horizon_wrapper
 from backflip.envs.wrappers import Chain, RenderFrames
@@ -131,7 +131,7 @@ class Pipeline:
         self.folder = Path(run.out_dir)
         # every env this pipeline makes for the policy and for its clips: a fixed horizon, and
         # for a person the env's own rendered frames of every step (what the page shows)
-        self.horizon = horizon_wrapper(pcfg, replay_learner(cfg.algo))
+        self.horizon = horizon_wrapper(pcfg, values_ends(cfg.algo))
         self.render_mode = None
         if pcfg.labeler == "human":
             why = renders(self.env_id, self.env_opts)
