@@ -222,8 +222,17 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
             "true_sps": [s.get("sps") for s in true_rec["seeds"]],
             "doctor": findings(Path(pref_rec["dir"])),
             "notes": said,
+            "code": code_version(pref_rec),
         }
     print(f"{len(todo)} envs in {(time.time() - t0) / 60:.1f} min", file=sys.stderr)
+
+
+def code_version(record: dict) -> str | None:
+    """The commit the preference run ran (with "+dirty" for uncommitted changes)."""
+    git = (record.get("provenance") or {}).get("backflip_git") or {}
+    if not git.get("commit"):
+        return None
+    return git["commit"][:7] + ("+dirty" if git.get("dirty") else "")
 
 
 def done_true(results: dict, true) -> dict | None:

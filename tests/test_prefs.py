@@ -1084,3 +1084,81 @@ def test_the_numpy_snapshot_gives_the_members_rewards(act_space, heads, use_acti
     assert np.allclose(got, expected, rtol=1e-4, atol=1e-5)
     assert np.allclose(snap.raw_rewards(obs, act, absorbing), model.raw_rewards(obs, act, absorbing),
                        rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
+def test_a_model_fitted_to_ties_alone_pays_nothing():
+    """Until some label prefers one clip to the other, the policy's reward is 0 on every step,
+    absorbed ones included: a model fitted to "equally good" alone has learned that nothing
+    matters, and a learner that normalizes its advantages would follow its leftover variation
+    at full scale (Acrobot: 500 of 500 labels equal, the entropy collapsed onto it)."""
+    from backflip.prefs.reward_model import PairSet, RewardModel
+
+    rng = np.random.default_rng(0)
+    model = RewardModel(
+        gym.spaces.Box(-np.inf, np.inf, (6,), np.float32), gym.spaces.Discrete(3), members=3,
+        rng=rng,
+    )  # fmt: skip
+    obs = rng.normal(0, 3, (40, 6)).astype(np.float32)
+    act, absorbing = rng.integers(0, 3, 40), rng.random(40) < 0.3
+    model.observe(obs)
+    model.calibrate(obs, act, absorbing=absorbing)
+    informed = model.snapshot().reward(obs, act, absorbing)
+    assert np.std(informed) > 0.1  # the same networks, informed: a reward that varies
+    silent = model.snapshot(informed=False)
+    assert np.array_equal(silent.reward(obs, act, absorbing), np.zeros(40))
+    assert np.array_equal(model.snapshot().reward(obs, act, absorbing), informed)  # unchanged
+
+    segs = {
+        i: (rng.normal(size=(5, 6)).astype(np.float32), np.zeros(5, np.int64)) for i in range(4)
+    }
+    pairs = PairSet(3, np.random.default_rng(1))
+    pairs.sync([(0, 0, 1, 0.5), (1, 2, 3, 0.5)], segs.__getitem__)
+    assert not pairs.informative()
+    pairs.sync([(0, 0, 1, 0.5), (1, 2, 3, 0.5), (2, 0, 3, 1.0)], segs.__getitem__)
+    assert pairs.informative()
+
+
+def test_the_reward_scale_holds_when_the_policy_is_good(tmp_path):
+    """The reward's offset and scale come from recent experience and the labeled clips, half
+    each: when every recent step is alike (a policy that has learned to balance), the scale is
+    still the one the labels tell apart, not the model's leftover variation among them (over
+    recent experience alone it fell to its floor and an end's value grew 25x: CartPole)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from backflip.config import PrefsConfig, TrainConfig, resolve
+    from backflip.prefs.pipeline import CALIBRATION_STEPS, Pipeline
+    from backflip.prefs.segments import SegmentStore
+
+    rng = np.random.default_rng(0)
+    plain = resolve("ppo", "MovingDotLowDim-v0", [0], 1000).to_dict()  # 2 floats, 5 actions
+    pcfg = PrefsConfig(members=3)
+    cfg = TrainConfig.from_dict({**plain, "kind": "prefs", "prefs": pcfg.to_dict()})
+    tel = SimpleNamespace(timer=lambda name: contextlib.nullcontext())
+    run = SimpleNamespace(seed=0, replay_buffers=[], tel=tel, out_dir=tmp_path)
+    pipe = Pipeline(cfg, run)
+    model = pipe.model
+    good = np.full((6, 2), 0.5, np.float32)  # the policy's recent clips: one state, held
+    pipe.store = SegmentStore(100)
+    pipe.store.add([Segment(good, np.zeros(6, np.int64), np.zeros(6)) for _ in range(20)])
+    labeled = rng.random((8, 6, 2)).astype(np.float32)  # the labeled clips: all over the square
+    pipe.pairs.sync(
+        [(q, 2 * q, 2 * q + 1, 1.0) for q in range(4)],
+        lambda sid: (labeled[sid], np.zeros(6, np.int64), np.arange(6) >= 4),
+    )
+    model.observe(labeled.reshape(-1, 2))
+    with torch.no_grad():
+        for net in model.nets:
+            for p in net.parameters():
+                p.normal_(0, 0.5)
+    obs, act, absorbing = pipe.calibration_steps()
+    assert len(obs) == CALIBRATION_STEPS
+    recent = (obs == 0.5).all(1)
+    assert recent.sum() == CALIBRATION_STEPS // 2  # half of each (the labeled: never 0.5 exactly)
+    assert not absorbing[recent].any() and absorbing[~recent].mean() > 0.2  # their flags kept
+    model.calibrate(obs, act, absorbing=absorbing)
+    mixed = model.out_std.copy()
+    model.calibrate(*pipe.store.sample_steps(CALIBRATION_STEPS, rng))
+    assert (model.out_std == model.min_std).all()  # recent experience alone: the floor
+    assert (mixed > 5 * model.min_std).all()
+    pipe.close()

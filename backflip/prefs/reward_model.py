@@ -518,9 +518,17 @@ class RewardModel:
         """Variance across members of P̂[left ≻ right] for candidate pairs (disagreement)."""
         return np.var(self.preference_probs(left, right), 0)
 
-    def snapshot(self) -> RewardModel:
-        """A frozen copy for the policy's env wrapper (another thread may go on training)."""
+    def snapshot(self, informed: bool = True) -> RewardModel:
+        """A frozen copy for the policy's env wrapper (another thread may go on training).
+        Not `informed` (no label so far preferred one clip to the other: every clip was judged
+        as good as its partner), the copy pays 0 for every step: a model fitted to ties alone
+        has learned that nothing matters, and its leftover variation, however small, would be
+        followed at full scale by a learner that normalizes its advantages (PPO on Acrobot:
+        500 of 500 labels "equal", entropy collapsed in 9k steps onto the noise, the goal
+        never found)."""
         twin = copy.copy(self)
+        if not informed:
+            twin.reward_std = 0.0
         twin.nets = [copy.deepcopy(n).eval() for n in self.nets]
         twin.opts = []
         twin.obs_rms = copy.deepcopy(self.obs_rms)
@@ -771,6 +779,26 @@ class PairSet:
 
     def __len__(self) -> int:
         return len(self.query_ids)
+
+    def sample_steps(self, n: int, rng: np.random.Generator):
+        """`n` random single steps (obs, actions, absorbing) of the labeled clips, or None when
+        there are none (the scale of what the labels tell apart: `RewardModel.calibrate`)."""
+        if not self.segments:
+            return None
+        segs = list(self.segments.values())
+        pick = rng.integers(0, len(segs), n)
+        obs, act, absorbing = [], [], []
+        for s in pick:
+            frames, actions, mask = segs[s]
+            i = int(rng.integers(0, len(actions)))
+            obs.append(frames.obs[i])
+            act.append(actions[i])
+            absorbing.append(bool(mask[i]) if mask is not None else False)
+        return np.stack(obs), np.stack(act), np.array(absorbing)
+
+    def informative(self) -> bool:
+        """Whether any label prefers one clip of its pair (not every answer "equally good")."""
+        return bool(np.any(self.mu != 0.5))
 
     def sync(self, rows, load_segment) -> int:
         """Make the set equal to `rows` (query id, left, right, label) — the newest `capacity`
