@@ -229,7 +229,9 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
 
 def code_version(record: dict) -> str | None:
     """The commit the preference run ran (with "+dirty" for uncommitted changes)."""
-    git = (record.get("provenance") or {}).get("backflip_git") or {}
+    prov = record.get("provenance") or {}
+    # "backflip_git": launched outside the checkout; "git": launched in it
+    git = prov.get("backflip_git") or prov.get("git") or {}
     if not git.get("commit"):
         return None
     return git["commit"][:7] + ("+dirty" if git.get("dirty") else "")

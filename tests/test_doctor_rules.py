@@ -123,6 +123,25 @@ def test_explained_variance_ignores_fitted_constant_targets():
     )
 
 
+def test_explained_variance_says_nothing_where_every_reward_was_zero():
+    # a preference run whose labels were all ties is paid 0 on every step: its value targets
+    # are the value net's own noise (explained variance -3 to -9 on Acrobot), not a fault
+    ev = rng.normal(-5, 2, N)
+    flat = flat_returns()
+    zero = np.zeros(N)
+    assert "explained-variance" not in fired(
+        data(train__explained_var=ev, rollout__ep_return_mean=flat, env__reward_min=zero,
+             env__reward_max=zero)
+    )  # fmt: skip
+    # rewards that are all equal but not 0 (CartPole's +1) leave targets to explain
+    ones = np.ones(N)
+    f = fired(
+        data(train__explained_var=ev, rollout__ep_return_mean=flat, env__reward_min=ones,
+             env__reward_max=ones)
+    )  # fmt: skip
+    assert f["explained-variance"].severity == "error"
+
+
 def test_scale_rules():
     f = fired(data(env__reward_min=np.full(N, 1000.0), env__reward_max=np.full(N, 1000.0)))
     assert f["reward-scale"].severity == "warning"

@@ -34,12 +34,15 @@ from backflip.doctor.series import (
         "train/value_loss",
         "rollout/return_target_mean",
         "rollout/ep_return_mean",
+        "env/reward_min",
+        "env/reward_max",
         TRUE_READ,
     ),
     threshold="after warm-up: median ≤ 0.05 (≈ 0: no better than a constant) and 90th "
     "percentile < 0.2 (rows where the value loss is < 1e-4 × target² — targets nearly "
-    "constant and fitted — are skipped); error when the return does not improve either, "
-    "warning otherwise",
+    "constant and fitted — are skipped, and rows whose rewards were all 0, env/reward_min = "
+    "env/reward_max = 0: nothing to explain); error when the return does not improve either, warning "
+    "otherwise",
     cause="the value function is not learning (value loss weight 0, no gradient reaching the "
     "value head, a wrong target) or does no better than a constant",
     check_next="the value-loss coefficient, that the value head receives gradients, the value "
@@ -57,6 +60,11 @@ def explained_variance(d: RunData):
         tm_v = after_warmup(tm, d.horizon)[1]
         if len(vl_v) == len(v) == len(tm_v):
             keep &= ~(vl_v < 1e-4 * tm_v**2)  # a fitted, (nearly) constant target
+    lo, hi = d.get("env/reward_min"), d.get("env/reward_max")
+    if lo is not None and hi is not None and len(finite(lo)[1]) and len(finite(hi)[1]):
+        # every reward of the rollout 0 (a preference run whose model was fitted to ties alone
+        # pays 0): the targets are the value net's own noise, nothing to explain
+        keep &= (_at(lo, steps) != 0) | (_at(hi, steps) != 0)
     steps, v = steps[keep], v[keep]
     if len(v) < 5:
         return None
