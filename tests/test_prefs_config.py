@@ -289,6 +289,28 @@ def test_a_terminal_horizon_pays_the_end_for_ever_and_is_refused_where_it_cannot
     assert "Traceback" not in sac.stderr + none.stderr
 
 
+def test_a_run_whose_labels_are_all_ties_pays_the_same_for_every_step(home, cli):
+    """End to end on MountainCar (no random clip and no early policy reaches the flag: every
+    label "equally good"): the policy is paid −reward_std on every step, not the variation of a
+    model that learned nothing (what the rollouts saw: env/reward_min = env/reward_max)."""
+    import json
+
+    from backflip.runs.archive import load_run
+    from backflip.telemetry import read_metrics
+
+    proc = cli(
+        "prefs", "train", "ppo", "--env", "MountainCar-v0", "--seeds", "1", "--steps", "4096",
+        "--labels", "30", "--set", "prefs.pretrain_updates=50", "--set", "prefs.tick_steps=512",
+        "--set", "eval_episodes=2", "--json", "--no-progress",
+    )  # fmt: skip
+    record = load_run(json.loads(proc.stdout)["dir"])
+    m = read_metrics(f"{record['dir']}/seeds/0/metrics.csv")
+    labels, equal = m["prefs/labels"][1], m["prefs/labels_equal"][1]
+    assert labels[-1] >= 15 and np.array_equal(labels, equal)  # all ties
+    assert len(m["env/reward_min"][1]) >= 4
+    assert np.all(m["env/reward_min"][1] == -1.0) and np.all(m["env/reward_max"][1] == -1.0)
+
+
 @pytest.mark.parametrize("horizon", ["auto", "restart"])
 def test_a_preference_run_on_a_terminating_env_reports_the_env_s_own_return(home, cli, horizon):
     """End to end on CartPole (falls under a random policy): the run records its horizon (auto:

@@ -164,7 +164,7 @@ class Pipeline:
         check_action_input(pcfg, hasattr(self.act_space, "n"), self.act_space)
         self.model = build_reward_model(pcfg, self.obs_space, self.act_space, run.seed)
         self.frozen = False
-        self.snap = self.model.snapshot(informed=False)  # no label yet: pays 0
+        self.snap = self.model.snapshot(informed=False)  # no label yet: the same for every step
         self.pairs = PairSet(
             pcfg.members, np.random.default_rng(run.seed + 1299709), pcfg.buffer_labels
         )

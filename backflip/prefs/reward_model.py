@@ -262,6 +262,7 @@ class RewardModel:
         self.min_std = min_std  # the smallest scale the policy's reward is divided by
         self.diff_scale = np.ones(members)  # RMS of one-step differences (progress rewards)
         self.batch_size, self.noise, self.reward_std = batch_size, noise, reward_std
+        self.flat: float | None = None  # a snapshot of a model fitted to ties alone pays this
         self.rng = rng or np.random.default_rng(0)
         self.updates = 0
         self._fused: tuple[int, FusedCNN] | None = None  # (updates when built, the fused CNNs)
@@ -474,7 +475,10 @@ class RewardModel:
         return (raw - self.out_mean[:, None]) / self.out_std[:, None]
 
     def reward(self, obs: np.ndarray, act: np.ndarray, absorbing=None) -> np.ndarray:
-        """The reward the policy sees: reward_std · mean over members of normalized r̂_k."""
+        """The reward the policy sees: reward_std · mean over members of normalized r̂_k (or
+        the same for every step: `snapshot`)."""
+        if self.flat is not None:
+            return np.full(len(obs), self.flat)
         fused = getattr(self, "fused", None)
         if fused is not None:  # a snapshot of MLPs: NumPy, one product (the hot path)
             return fused.reward(obs, act, absorbing)
@@ -486,6 +490,8 @@ class RewardModel:
         """The reward of `prefs.reward_input=progress` (a model of states): the change of the
         learned state reward, reward_std · mean_k((r̂_k(next_obs) − r̂_k(obs)) / d_k); a state
         in the absorbing state (`absorbing`, `absorbing_next`) is worth `absorb`."""
+        if self.flat is not None:
+            return np.full(len(obs), self.flat)
         both = None
         if absorbing is not None or absorbing_next is not None:
             n = len(obs)
@@ -520,15 +526,20 @@ class RewardModel:
 
     def snapshot(self, informed: bool = True) -> RewardModel:
         """A frozen copy for the policy's env wrapper (another thread may go on training).
-        Not `informed` (no label so far preferred one clip to the other: every clip was judged
-        as good as its partner), the copy pays 0 for every step: a model fitted to ties alone
-        has learned that nothing matters, and its leftover variation, however small, would be
-        followed at full scale by a learner that normalizes its advantages (PPO on Acrobot:
-        500 of 500 labels "equal", entropy collapsed in 9k steps onto the noise, the goal
-        never found)."""
+
+        Not `informed` (no label so far preferred one clip of its pair: every answer "equally
+        good"), the copy pays the same, −reward_std, for every step, absorbed ones and an end
+        included (`flat`). A model fitted to ties alone has learned that nothing matters; its
+        leftover variation, however small, would be followed at full scale by a learner that
+        normalizes its advantages (PPO on Acrobot, 500 of 500 labels "equal": the entropy
+        collapsed within 9k steps onto it and the goal was never found). A constant prefers no
+        behaviour to another under a fixed horizon (every path pays it for ever), and a negative
+        one, like the −1 per step of Gymnasium's goal tasks, keeps a value function that starts
+        near 0 optimistic about states it has not seen: the learner explores until some clip
+        shows what the labels care about (Acrobot: 8 of 8 seeds reach the goal, 4 of 8 with 0;
+        docs/preferences.md)."""
         twin = copy.copy(self)
-        if not informed:
-            twin.reward_std = 0.0
+        twin.flat = None if informed else -float(self.reward_std)
         twin.nets = [copy.deepcopy(n).eval() for n in self.nets]
         twin.opts = []
         twin.obs_rms = copy.deepcopy(self.obs_rms)
