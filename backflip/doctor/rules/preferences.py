@@ -264,8 +264,9 @@ def labels_one_sided(d: RunData):
     "return did not improve (a policy that does the task well is shown clips alike too)",
     cause="the clips asked about never differ in what the task rewards: a sparse reward that "
     "neither the random policy nor the policy reached (Acrobot's goal, CliffWalking's far "
-    "corner), so the reward model learns nothing and the policy follows its noise; or a "
-    "labeler who cannot tell the clips apart",
+    "corner), so the reward model learns nothing (until a label prefers a clip the policy is "
+    "paid the same for every step, and explores on its own); or a labeler who cannot tell the "
+    "clips apart",
     check_next="prefs/labeled_gains and labeled_losses; exploration that reaches the reward "
     "(an entropy bonus, more random clips: prefs.random_envs, prefs.initial_frac); a denser "
     "task, or a person who can say which clip came nearer",
