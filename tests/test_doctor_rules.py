@@ -124,8 +124,9 @@ def test_explained_variance_ignores_fitted_constant_targets():
 
 
 def test_explained_variance_says_nothing_where_every_reward_was_zero():
-    # a preference run whose labels were all ties is paid 0 on every step: its value targets
-    # are the value net's own noise (explained variance -3 to -9 on Acrobot), not a fault
+    # a run paid 0 on every step (a sparse reward not reached yet; a preference run whose model
+    # paid 0 while its labels were ties: -3 to -9 on Acrobot): its value targets are the value
+    # net's own noise, not a fault
     ev = rng.normal(-5, 2, N)
     flat = flat_returns()
     zero = np.zeros(N)

@@ -62,8 +62,8 @@ def explained_variance(d: RunData):
             keep &= ~(vl_v < 1e-4 * tm_v**2)  # a fitted, (nearly) constant target
     lo, hi = d.get("env/reward_min"), d.get("env/reward_max")
     if lo is not None and hi is not None and len(finite(lo)[1]) and len(finite(hi)[1]):
-        # every reward of the rollout 0 (a preference run whose model was fitted to ties alone
-        # pays 0): the targets are the value net's own noise, nothing to explain
+        # every reward of the rollout 0 (a sparse reward nobody has reached yet: FrozenLake's
+        # true reward): the targets are the value net's own noise, nothing to explain
         keep &= (_at(lo, steps) != 0) | (_at(hi, steps) != 0)
     steps, v = steps[keep], v[keep]
     if len(v) < 5:
