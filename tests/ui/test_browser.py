@@ -160,8 +160,11 @@ def test_index_lists_the_runs_created_in_this_test_session(page, ui_server, ui_a
     assert page.locator(f'tr[data-id="{ui_archive["a"]}"] .question').inner_text() == (
         "question A: does the UI show this run?"
     )
-    page.click('th[data-key="id"]')  # sort by id: descending first
-    page.click('th[data-key="id"]')  # then ascending
+    th = page.locator('#runs th[data-key="id"]')
+    th.click()  # sort by id: descending first
+    wait_until(lambda: "sorted-desc" in (th.get_attribute("class") or ""))
+    th.click()  # then ascending
+    wait_until(lambda: "sorted-asc" in (th.get_attribute("class") or ""))
     ids = page.eval_on_selector_all("#runs tbody tr", "rows => rows.map(r => r.dataset.id)")
     assert ids == sorted(ids)
     shot(page, "index")
