@@ -618,6 +618,24 @@ def test_labels_that_say_nothing_are_named():
     assert "labels-uninformative" not in fired(few)
 
 
+def test_a_task_solved_early_is_not_never_better_nor_uninformative():
+    """Acrobot from preferences reaches the goal in the first 15% of the run: the return then
+    does not "improve" between the early and late windows, and ties stay most labels (clips of
+    a policy that does the task are alike), but the run is solved (the env's reward_threshold,
+    -100): neither `never-better` nor `labels-uninformative` may say it never did the task."""
+    labels = np.linspace(250, 500, N)
+    early_solve = np.r_[np.linspace(-500, -90, 5), -88 + rng.normal(0, 4, N - 5)]
+    for env_id, expect in (("Acrobot-v1", False), (None, True)):  # no threshold known: fires
+        d = data(
+            prefs__labels=labels, prefs__labels_equal=labels * 0.93,
+            prefs__true_return_mean=early_solve,
+        )  # fmt: skip
+        d.learned_reward, d.env_id = True, env_id
+        found = fired(d)
+        assert ("never-better" in found) is expect, (env_id, list(found))
+        assert ("labels-uninformative" in found) is expect, (env_id, list(found))
+
+
 def test_failures_that_persist_under_a_fixed_horizon_are_named():
     """`prefs-failures-persist`: an env that ends the first episodes at failure and still ends
     most of the last ones, under the restart horizon; quiet where the policy learned not to fail,

@@ -9,6 +9,7 @@ from backflip.doctor.rules.common import (
     MIN_ROWS,
     RAHTZ,
     _rows,
+    verdict,
 )
 from backflip.doctor.series import (
     LEARNED_RETURNS,
@@ -261,7 +262,8 @@ def labels_one_sided(d: RunData):
     entry="20",
     reads=("prefs/labels", "prefs/labels_equal"),
     threshold="at the last row: >= 50 labels, >= 80% of them 'equally good' (0.5), and the true "
-    "return did not improve (a policy that does the task well is shown clips alike too)",
+    "return did not improve and did not reach the env's reward_threshold (a policy that does "
+    "the task well is shown clips alike too)",
     cause="the clips asked about never differ in what the task rewards: a sparse reward that "
     "neither the random policy nor the policy reached (Acrobot's goal, CliffWalking's far "
     "corner), so the reward model learns nothing (until a label prefers a clip the policy is "
@@ -282,7 +284,7 @@ def labels_uninformative(d: RunData):
         return None
     share = float(e[-1]) / float(n[-1])
     true = progress(d) if d.learned_reward else None
-    if share < 0.8 or (true is not None and true.improved):
+    if share < 0.8 or (true is not None and true.improved) or verdict(d).solved:
         return None
     return Hit(
         "warning",

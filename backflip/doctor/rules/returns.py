@@ -14,6 +14,7 @@ from backflip.doctor.rules.common import (
     SCHULMAN,
     TRUE_READ,
     _rows,
+    verdict,
 )
 from backflip.doctor.series import (
     EVAL_RETURNS,
@@ -140,7 +141,8 @@ def losing_slower(d: RunData):
     reads=("rollout/ep_return_max", "rollout/ep_return_mean", "episodes", TRUE_READ),
     threshold="the return does not improve, and after the first 15% of training no window "
     "beats the best of the first 15% by more than noise (per-episode data: the late 90th "
-    "percentile does not beat the early maximum)",
+    "percentile does not beat the early maximum); quiet when the late return reaches the env's "
+    "reward_threshold (solved within the first 15%)",
     cause="the policy never does the right thing more often than the initial (near-random) "
     "policy did: if random exploration never finds reward, RL likely won't either",
     check_next="`backflip preflight ENV` (does a random policy ever succeed?), reward shaping, "
@@ -149,6 +151,8 @@ def losing_slower(d: RunData):
 )
 def never_better(d: RunData):
     if _rows(d) < MIN_ROWS or (p := progress(d)) is None or p.improved:
+        return None
+    if verdict(d).solved:  # learned before the late windows began (Acrobot from preferences)
         return None
     if p.basis == "episodes":
         steps, rets, _ = d.episodes
