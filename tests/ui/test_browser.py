@@ -176,6 +176,35 @@ def test_index_lists_the_runs_created_in_this_test_session(page, ui_server, ui_a
     assert ui_archive["a"] in page.url and ui_archive["b"] in page.url
 
 
+def test_run_ids_sort_as_text_when_their_random_part_is_all_digits(page, ui_server, ui_archive):
+    """A run id's random tail is hex: about one pair in twenty is all digits (5283, 3571). The
+    sort once read such an id as the number its date starts with, so two runs of one day tied
+    and kept their order; the CI of 5c293c4 drew such a pair. Here the tails are set so."""
+    page.goto(ui_server.base + "/")
+    wait_until(lambda: page.evaluate("window.backflipReady === true"))
+    older, newer = "20261130-031210-5283", "20261130-031213-3571"
+    page.evaluate(
+        """([a, b, older, newer]) => {
+            for (const [id, text] of [[a, older], [b, newer]])
+                document.querySelector(`tr[data-id="${id}"] a`).textContent = text;
+        }""",
+        [ui_archive["a"], ui_archive["b"], older, newer],
+    )
+    th = page.locator('#runs th[data-key="id"]')
+
+    def texts():
+        return page.eval_on_selector_all(
+            "#runs tbody tr", "rs => rs.map(r => r.children[1].innerText)"
+        )
+
+    th.click()
+    wait_until(lambda: "sorted-desc" in (th.get_attribute("class") or ""))
+    assert texts() == [newer, older]
+    th.click()
+    wait_until(lambda: "sorted-asc" in (th.get_attribute("class") or ""))
+    assert texts() == [older, newer]
+
+
 def test_run_page_shows_plots_findings_and_a_playable_video(page, ui_server, ui_archive):
     page.goto(f"{ui_server.base}/runs/{ui_archive['a']}")
     page.wait_for_selector("#m-eval-return_mean canvas")

@@ -50,8 +50,10 @@ function makeSortable(table) {
       const key = tr => {
         const td = tr.children[col];
         const v = td ? (td.dataset.v ?? td.textContent.trim()) : "";
-        const n = parseFloat(v);
-        return v !== "" && !Number.isNaN(n) && /^-?[\d.e+-]+$/i.test(v) ? n : v.toLowerCase();
+        // A number only when the whole cell is one: a run id such as 20261130-031210-5283 is
+        // text (parseFloat read its date alone, so two runs of one day tied and kept their order).
+        const n = Number(v);
+        return v !== "" && Number.isFinite(n) ? n : v.toLowerCase();
       };
       rows.sort((a, b) => {
         const x = key(a), y = key(b);
