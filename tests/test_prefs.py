@@ -222,6 +222,32 @@ def test_database_answers_skips_undo_and_reuse(tmp_path):
     assert other.counts()["segments"] == 4
 
 
+def test_a_teachers_answers_are_written_together_all_or_none(tmp_path):
+    db = PreferenceDB(tmp_path / "prefs.sqlite")
+    shared = seg([2])
+    ids = db.add_queries(
+        [
+            (seg([1]), seg([0]), 1.0, False),
+            (shared, seg([3]), None, True),
+            (shared, seg([2]), 0.5, False),
+        ],
+        40,
+        "disagreement",
+        "synthetic",
+    )
+    assert ids == sorted(ids) and len(ids) == 3
+    assert db.counts() == {"labeled": 2, "equal": 1, "pending": 0, "skipped": 1, "segments": 5}
+    assert [(q, label) for q, _, _, label in db.labels()] == [(ids[0], 1.0), (ids[2], 0.5)]
+    first, broken = seg([5]), seg([1])
+    broken.obs = object()  # cannot be stored: the whole batch is refused, nothing half written
+    with pytest.raises(Exception):  # noqa: B017 — whatever the packer raises
+        db.add_queries(
+            [(first, seg([6]), 1.0, False), (broken, seg([0]), 0.0, False)], 41, "random"
+        )
+    assert db.counts()["segments"] == 5 and len(db.labels()) == 2
+    assert first.id is None  # and no segment keeps an id the database does not hold
+
+
 WRITER = textwrap.dedent(
     """
     import sys, numpy as np

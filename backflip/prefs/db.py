@@ -250,31 +250,64 @@ class PreferenceDB:
 
         Returns the query id once the transaction is committed.
         """
-        answered = label is not None or skipped
-        status = "skipped" if skipped else "pending" if label is None else "labeled"
+        return self.add_queries(
+            [(left, right, label, skipped)], step, selection, labeler, origin, needs
+        )[0]
+
+    def add_queries(
+        self,
+        pairs: list[tuple[Segment, Segment, float | None, bool]],
+        step: int,
+        selection: str,
+        labeler: str | None = None,
+        origin: str | None = None,
+        needs: int = 1,
+    ) -> list[int]:
+        """`add_query` for many pairs, (left, right, label, skipped) each, in one transaction:
+        all of them or none. A commit waits for the disk (synchronous=FULL: ~5 ms here), so a
+        simulated teacher's answers, which arrive together, are written together (one commit
+        per label was 1.6 s of a 30k-step preference run with 300 labels).
+
+        Returns the query ids, in order, once the transaction is committed.
+        """
+        ids: list[int] = []
+        new: list[Segment] = []  # segments given an id here: none of them stored if it fails
+        try:
+            self._insert_queries(pairs, step, selection, labeler, origin, needs, ids, new)
+        except BaseException:
+            for seg in new:
+                seg.id = None
+            raise
+        return ids
+
+    def _insert_queries(self, pairs, step, selection, labeler, origin, needs, ids, new) -> None:
         with self._lock, self.conn:
-            for seg in (left, right):
-                if seg.id is None:
-                    seg.id = self._insert_segment(seg)
             now = time.time()
-            cur = self.conn.execute(
-                "INSERT INTO queries (left, right, step, created, selection, status, label, "
-                "labeler, labeled_at, origin, needs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    left.id,
-                    right.id,
-                    int(step),
-                    now,
-                    selection,
-                    status,
-                    None if skipped else label,
-                    labeler,
-                    now if answered else None,
-                    origin,
-                    int(needs),
-                ),
-            )
-            return int(cur.lastrowid)
+            for left, right, label, skipped in pairs:
+                for seg in (left, right):
+                    if seg.id is None:
+                        seg.id = self._insert_segment(seg)
+                        new.append(seg)
+                answered = label is not None or skipped
+                status = "skipped" if skipped else "pending" if label is None else "labeled"
+                cur = self.conn.execute(
+                    "INSERT INTO queries (left, right, step, created, selection, status, label, "
+                    "labeler, labeled_at, origin, needs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        left.id,
+                        right.id,
+                        int(step),
+                        now,
+                        selection,
+                        status,
+                        None if skipped else label,
+                        labeler,
+                        now if answered else None,
+                        origin,
+                        int(needs),
+                    ),
+                )
+                ids.append(int(cur.lastrowid))
 
     def answer(
         self,
@@ -539,8 +572,8 @@ class PreferenceDB:
 
     def import_from(self, other: PreferenceDB, origin: str) -> int:
         """Copy every answered query of `other` (with its segments) into this database."""
-        copied = 0
         seg_map: dict[int, Segment] = {}
+        pairs = []
         for _, left, right, label in other.labels():
             for sid in (left, right):
                 if sid not in seg_map:
@@ -548,11 +581,8 @@ class PreferenceDB:
                     seg.clip = other.clip(sid)
                     seg.id = None
                     seg_map[sid] = seg
-            self.add_query(
-                seg_map[left], seg_map[right], 0, "imported", label, "imported", origin=origin
-            )
-            copied += 1
-        return copied
+            pairs.append((seg_map[left], seg_map[right], label, False))
+        return len(self.add_queries(pairs, 0, "imported", "imported", origin=origin))
 
 
 def preference_seeds(record: dict, seed: int | None = None) -> list[int]:

@@ -618,19 +618,14 @@ class Pipeline:
                 thresholds = None
                 if self.teacher.needs_reference:
                     thresholds = self.teacher.thresholds([s.true_return for s in self.store.items])
+            answered = []
             for i, (left, right) in enumerate(pairs):
                 if self._phase is not None and self._phase[0] == INITIAL_LABELS:
                     self.progress(INITIAL_LABELS, self.asked + i, self.schedule.total, "labels")
                 label = self.teacher.label(left, right, self.rng, thresholds)
-                self.db.add_query(
-                    left,
-                    right,
-                    self.step,
-                    self.cfg.selection,
-                    label,
-                    self.teacher.spec,
-                    skipped=label is None,
-                )
+                answered.append((left, right, label, label is None))
+            if answered:  # one transaction: the teacher's answers arrive together
+                self.db.add_queries(answered, self.step, self.cfg.selection, self.teacher.spec)
         self.asked += len(pairs)
         self.segments_out += 2 * len(pairs)
         return len(pairs)
