@@ -5,7 +5,8 @@ runs alternating so that a machine's drift falls on both (issue: "preference run
 Each pair: the algorithm on the true reward, then from preferences (synthetic labels, the
 settings derived from the env, `--labels`), one seed, one worker; the figures are each seed's
 own (status.json): steps/s over its training (`sps`, evaluation left out), and steps over its
-whole wall time (random clips, pretraining and evaluation included).
+whole wall time (random clips, pretraining and evaluation included); then where an agent step's
+time goes, from each seed's own timers.
 
     python benchmarks/prefs_overhead.py [--env HalfCheetah-v5] [--algo ppo] [--steps 50000]
                                          [--labels 300] [--repeats 2]
@@ -14,6 +15,7 @@ whole wall time (random clips, pretraining and evaluation included).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import subprocess
@@ -29,12 +31,48 @@ def run(args: list[str], home: Path) -> dict:
          "--workers", "1", "--no-progress", "--json"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    seed = json.loads(out)["seeds"][0]
+    record = json.loads(out)
+    seed = record["seeds"][0]
     return {
         "sps": seed["sps"],
         "wall_sps": seed["steps"] / seed["wall_s"],
         "wall_s": seed["wall_s"],
+        "steps": seed["steps"],
+        "timers": timers(Path(record["dir"])),
     }
+
+
+def timers(run_dir: Path) -> dict[str, float]:
+    """The seed's own timers summed over its rows (`time/*_s`: rollout, update, and in a
+    preference run the learned reward, the segments and the ticks, which run inside the
+    rollout's env steps), in seconds."""
+    totals: dict[str, float] = {}
+    with open(run_dir / "seeds" / "0" / "metrics.csv") as f:
+        for row in csv.DictReader(f):
+            name = row["name"]
+            if name.startswith("time/") and name.endswith("_s") and name != "time/wall_s":
+                totals[name[5:-2]] = totals.get(name[5:-2], 0.0) + float(row["value"])
+    return totals
+
+
+def breakdown(plain: list[dict], prefs: list[dict]) -> str:
+    """Microseconds per agent step (medians over the repeats) of each part, and what the
+    preference run spends beyond the plain one that no timer of its own names (its env
+    wrappers and bookkeeping around the step)."""
+
+    def per_step(runs: list[dict], name: str) -> float:
+        return statistics.median(r["timers"].get(name, 0.0) / r["steps"] * 1e6 for r in runs)
+
+    lines = []
+    for name in ("rollout", "update", "prefs_reward", "prefs_segments", "prefs_train"):
+        a, b = per_step(plain, name), per_step(prefs, name)
+        lines.append(f"  {name:15s} {a:8.1f} {b:8.1f} us/step")
+    named = sum(per_step(prefs, n) for n in ("prefs_reward", "prefs_segments", "prefs_train"))
+    rest = per_step(prefs, "rollout") - per_step(plain, "rollout") - named
+    lines.append(
+        f"  {'unnamed':15s} {'':8s} {rest:8.1f} us/step (the rollout's extra beyond the prefs timers)"
+    )
+    return "  part              plain    prefs\n" + "\n".join(lines)
 
 
 def main() -> None:
@@ -64,6 +102,7 @@ def main() -> None:
         )
     med = {k: statistics.median for k in ("sps", "wall_sps")}
     ratio = {k: med[k]([p[k] for p in prefs]) / med[k]([p[k] for p in plain]) for k in med}
+    print(breakdown(plain, prefs))
     print(
         f"{args.algo} on {args.env}, {args.steps:,} steps, {args.labels} labels, "
         f"{args.repeats} pairs in {time.time() - t0:.0f} s: preferences / true reward = "
