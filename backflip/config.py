@@ -184,8 +184,11 @@ class PrefsConfig:
     episode, before it restarts (ends): a clip's length (each end costs this many steps of the absorbing state's value,
     and one clip can show it whole; 0: restart at once, as CartPoleFixedHorizon)"""
     mode: str = "sync"
-    """sync (labeling and reward model inline every tick_steps: reproducible) or async (in a
-    background thread: faster on a free core, not reproducible)"""
+    """sync (labeling and reward model inline every tick_steps: reproducible); pipelined (each
+    tick's labels are asked inline, its reward-model training runs in a background thread while
+    the policy takes the next tick_steps steps, and the new model is installed at the next tick:
+    reproducible, the policy's reward one tick behind sync's, faster on a free core); or async
+    (labeling and training in a background thread at their own pace: not reproducible)"""
     reward_input: str = "obs+action"
     """what the reward model judges: obs+action, r̂(o_t, a_t) as in the paper; next-obs, a model
     of states r̂(o), the policy rewarded with r̂ of the state each action leads to (for tasks
@@ -252,7 +255,7 @@ class PrefsConfig:
     round_updates: int = 50
     """updates per round; each round ends with validation, L2 adaptation and recalibration"""
     tick_steps: int = 2048
-    """sync mode: agent steps between ticks (labels due, training, metrics)"""
+    """sync and pipelined modes: agent steps between ticks (labels due, training, metrics)"""
     random_envs: int = 8
     """env copies for the random policy that provides the initial segments (each starts from
     its own reset: more copies spread the first clips over more of the state space)"""
@@ -534,7 +537,7 @@ DOMAINS: dict[str, Domain] = {
     "prefs.stage": Domain(choices=PREF_STAGES),
     "prefs.horizon": Domain(choices=HORIZONS),
     "prefs.absorb_steps": Domain(0, 1_000_000),
-    "prefs.mode": Domain(choices=("sync", "async")),
+    "prefs.mode": Domain(choices=("sync", "pipelined", "async")),
     "prefs.reward_input": Domain(choices=REWARD_INPUTS),
     "prefs.action_input": Domain(choices=("concat", "heads")),
     "prefs.cnn": Domain(choices=REWARD_CNNS),

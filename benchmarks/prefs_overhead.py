@@ -10,6 +10,7 @@ time goes, from each seed's own timers.
 
     python benchmarks/prefs_overhead.py [--env HalfCheetah-v5] [--algo ppo] [--steps 50000]
                                          [--labels 300] [--repeats 2]
+                                         [--prefs-set prefs.mode=pipelined]
 """
 
 from __future__ import annotations
@@ -83,8 +84,16 @@ def main() -> None:
     ap.add_argument("--labels", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument(
+        "--prefs-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="for the preference run only (e.g. prefs.mode=pipelined)",
+    )
     args = ap.parse_args()
     sets = [x for kv in args.set for x in ("--set", kv)]
+    prefs_sets = [x for kv in args.prefs_set for x in ("--set", kv)]
     common = ["--env", args.env, "--steps", str(args.steps), *sets]
     home = Path(tempfile.mkdtemp(prefix="prefs-overhead-"))
     plain, prefs = [], []
@@ -92,7 +101,10 @@ def main() -> None:
     for i in range(args.repeats):
         plain.append(run(["train", args.algo, *common], home))
         prefs.append(
-            run(["prefs", "train", args.algo, *common, "--labels", str(args.labels)], home)
+            run(
+                ["prefs", "train", args.algo, *common, "--labels", str(args.labels), *prefs_sets],
+                home,
+            )
         )
         print(
             f"pair {i + 1}: true reward {plain[-1]['sps']:,.0f} steps/s "

@@ -475,6 +475,27 @@ def test_the_default_command_is_deterministic(cli):
         assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def test_pipelined_mode_is_deterministic_and_trains_on_sync_mode_schedule(cli):
+    # pipelined: each tick's training runs beside the policy's next tick_steps steps and is
+    # installed at the next tick. Run twice it gives the same curves and model; it trains as
+    # many updates as sync, on the same schedule, with the policy's reward one tick behind
+    runs = [small_run(cli, "--set", "prefs.mode=pipelined") for _ in range(2)]
+    sync = small_run(cli)
+    ma, mb, ms = (read_metrics(f"{r['dir']}/seeds/0/metrics.csv") for r in (*runs, sync))
+    for name in ("reward_model/train_loss", "reward_model/val_loss", "eval/return_mean"):
+        assert np.array_equal(ma[name][0], mb[name][0]), name
+        assert np.array_equal(ma[name][1], mb[name][1]), name
+    ra, rb = (torch.load(f"{r['dir']}/seeds/0/reward_model.pt", weights_only=False) for r in runs)
+    for sa, sb in zip(ra["model"]["nets"], rb["model"]["nets"], strict=True):
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert ra["prefs"]["mode"] == "pipelined"
+    # every round trained, the last one installed before the model was saved
+    assert ma["reward_model/updates"][1][-1] == ms["reward_model/updates"][1][-1] > 20
+    assert ma["prefs/labels"][1][-1] == ms["prefs/labels"][1][-1] == 40
+    # what it trained on differs from sync's: the policy's reward lags by one tick
+    assert not np.array_equal(ma["reward_model/train_loss"][1], ms["reward_model/train_loss"][1])
+
+
 def test_synthetic_labels_never_wait_and_ignore_the_human_settings(cli):
     # the person's pacing (max_debt), shared queries and pending cap are for people only: a
     # synthetic run with the tightest of them is the same run, metric for metric

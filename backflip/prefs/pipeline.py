@@ -24,10 +24,17 @@ episode's length cannot carry the learned reward; `variable` keeps the env's own
 Evaluation envs are the env's own: the true return reported is the env's.
 
 With `mode=sync` (default) the ticks run inline: deterministic (same seed, same curves), and no
-slower when the seeds already fill the cores. With `mode=async` (opt-in) labeling and training
-run in a background thread while the algorithm's loop runs in the main thread, paced on the
-agent's step clock: faster on a free core, but the interleaving of the two threads differs
-between runs, so results are not reproducible.
+slower when the seeds already fill the cores. With `mode=pipelined` (opt-in) a tick asks its
+labels inline, then its reward-model training runs in a background thread while the policy
+takes the next `tick_steps` steps on the model it has; the next tick waits for that training
+and installs its model. What the training reads is fixed when it starts (the segments stored so
+far, the observations' normalizer: the policy's new observations reach the normalizer at the
+next tick) and its results are installed at a fixed step, so a run is as reproducible as sync,
+with the policy's reward one tick behind; the policy stops idling while the model trains, which
+pays when a core is free (one seed per two cores, or a GPU). With `mode=async` (opt-in)
+labeling and training run in a background thread at their own pace, paced on the agent's step
+clock: faster on a free core, but the interleaving of the two threads differs between runs, so
+results are not reproducible.
 
 **Waiting for a person.** A human-labeled seed never runs ahead of its label schedule by more
 than `max_debt` labels: when more due labels than that are unanswered, the policy pauses inside its
@@ -58,6 +65,7 @@ segment queue) shows as `prefs/labels_per_s` at 0 with a growing `prefs/label_de
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -190,6 +198,11 @@ class Pipeline:
         self.worker: threading.Thread | None = None
         self.stop_event = threading.Event()
         self.worker_error: BaseException | None = None
+        # mode=pipelined: the tick's training in the background, what it stages for the next
+        # tick (snapshot, stats), and observations held back from the normalizer meanwhile
+        self.job: threading.Thread | None = None
+        self.staged: dict | None = None
+        self.held_obs: list[np.ndarray] = []
         self.next_tick = pcfg.tick_steps
         self._last_publish = 0.0
         self.answered = 0  # labeled + skipped queries when the database was last read
@@ -206,6 +219,9 @@ class Pipeline:
 
     def close(self) -> None:
         self.stop_worker()
+        self.stop_event.set()  # a pipelined round under way ends after its current update
+        with contextlib.suppress(BaseException):  # an error of its own was raised already
+            self.finish_job()
         self.db.close()
 
     # -- 0. what the run starts from -----------------------------------------------------------
@@ -396,6 +412,7 @@ class Pipeline:
         self.start_worker()
         with run.training_envs(copy=self.wrap, vector=learned_reward, render_mode=self.render_mode):
             spec.train(run.cfg.hp, run)
+        self.finish_job()  # pipelined: the last tick's training, whole, installed
         self.stop_worker()
         self.publish()  # the pipeline's final state (async: after the worker stops)
         run.log(self.step)
@@ -426,7 +443,7 @@ class Pipeline:
                 with self.lock:
                     self.store.add(segs)
                     if not self.frozen:
-                        self.model.observe(np.concatenate([s.obs for s in segs]))
+                        self.observe(np.concatenate([s.obs for s in segs]))
         # the env's own episodes (what the true return reports): a step in the absorbing state
         # belongs to none; one ends where the env terminates it, or with the fixed-horizon
         # episode it was still in
@@ -448,11 +465,14 @@ class Pipeline:
         # the person's pace bounds the policy's (`answered` is refreshed before pausing)
         if self.human and self.schedule.due(self.step) - self.answered > self.cfg.max_debt:
             self.wait_for_person()
-        if self.cfg.mode == "sync":
+        if self.cfg.mode != "async":
             if self.step >= self.next_tick:
                 self.next_tick += self.cfg.tick_steps
-                with self.run.tel.timer("prefs_train"):
-                    self.tick()
+                with self.run.tel.timer("prefs_train"):  # pipelined: the wait for the last round
+                    if self.cfg.mode == "pipelined":
+                        self.pipelined_tick()
+                    else:
+                        self.tick()
                 self.publish()
         elif time.monotonic() - self._last_publish > self.cfg.log_every_s:
             self.publish()
@@ -465,19 +485,69 @@ class Pipeline:
         with torch.inference_mode(False), torch.enable_grad():
             self.train_owed()
 
+    def pipelined_tick(self) -> None:
+        """mode=pipelined: install the last tick's training, ask the labels that are due, and
+        start this tick's training in the background on what the pipeline holds now (the
+        policy goes on with the model it has until the next tick)."""
+        self.finish_job()
+        if self.frozen:
+            return
+        self.ask(self.schedule.due(self.step) - self.asked)
+        store, step = self.store.frozen(), self.step
+        self.staged = {}
+        self.job = threading.Thread(
+            target=self._job, args=(store, step), name="prefs-round", daemon=True
+        )
+        self.job.start()
+
+    def _job(self, store, step: int) -> None:
+        try:
+            with torch.inference_mode(False), torch.enable_grad():
+                self.train_owed(step, store)
+        except BaseException as e:  # noqa: BLE001 — re-raised in the main thread by finish_job
+            self.worker_error = e
+
+    def finish_job(self) -> None:
+        """mode=pipelined: wait for the round under way, then install what it staged (its
+        snapshot and metrics) and give the normalizer the observations held back meanwhile."""
+        if self.job is None:
+            return
+        self.job.join()
+        self.job, staged, self.staged = None, self.staged or {}, None
+        if self.worker_error is not None:
+            raise RuntimeError("the reward model's training round failed") from self.worker_error
+        if "snap" in staged:
+            self.snap = staged["snap"]
+            self.model_version += staged["versions"]
+        with self.lock:
+            self.rm_stats.update(staged.get("stats", {}))
+        for obs in self.held_obs:
+            self.model.observe(obs)
+        self.held_obs = []
+
+    def observe(self, obs: np.ndarray) -> None:
+        """New observations for the reward model's input normalizer (held back while a
+        pipelined round trains on it)."""
+        if self.job is not None:
+            self.held_obs.append(obs)
+        else:
+            self.model.observe(obs)
+
     def rounds_stopped(self) -> bool:
         """Reward-model rounds end: the worker is told to stop, or the seed is."""
         return self.stop_event.is_set() or self.run.stopping
 
-    def train_owed(self) -> None:
-        """Reward-model rounds owed by the step clock (`rm_updates_per_kstep`)."""
+    def train_owed(self, step: int | None = None, store: SegmentStore | None = None) -> None:
+        """Reward-model rounds owed by the step clock (`rm_updates_per_kstep`) at `step` (now),
+        calibrated over `store` (the pipeline's)."""
         if self.frozen:
             return
-        owed = int(self.cfg.rm_updates_per_kstep * self.step / 1000) - self.updates_done
+        step = self.step if step is None else step
+        owed = int(self.cfg.rm_updates_per_kstep * step / 1000) - self.updates_done
 
         while owed > 0 and not self.rounds_stopped():
             n = min(owed, self.cfg.round_updates)
-            self.train_round(n, stopped=self.rounds_stopped)
+            self.train_round(n, stopped=self.rounds_stopped, store=store)
             owed -= n
             if len(self.pairs.train) == 0:
                 break
@@ -607,6 +677,9 @@ class Pipeline:
         pairs a person sees never depends on how fast they answer. Returns how many were chosen."""
         if self.check_ended():
             return 0
+        # a pipelined round reads the pairs and draws from the same generator: a person's
+        # queries, asked between ticks, wait for it (a synthetic labeler asks only at ticks)
+        self.finish_job()
         if self.cfg.stall_labels_after >= 0:  # fault injection: the labeler goes silent
             n = min(n, self.cfg.stall_labels_after - self.asked)
         pairs = self.choose(n) if n > 0 else []
@@ -676,7 +749,7 @@ class Pipeline:
         t0 = time.monotonic()
         while debt > resume_at and not self.run.stopping and not self.check_ended():
             self.announce_wait(debt - resume_at)
-            if self.cfg.mode == "sync":  # async: the worker thread asks
+            if self.cfg.mode != "async":  # async: the worker thread asks
                 self.ask(self.schedule.due(self.step) - self.asked)
             if time.monotonic() - self._last_publish > self.cfg.log_every_s:
                 self.publish()
@@ -713,14 +786,15 @@ class Pipeline:
 
         return self.pairs.sync(rows, load)
 
-    def calibration_steps(self):
+    def calibration_steps(self, store: SegmentStore | None = None):
         """(obs, actions, absorbing) over which the reward's offset and scale are computed:
         half recent experience, half the labeled clips. Over the policy's experience alone the
         scale shrank as the policy got good (every recent step alike): the model's leftover
         variation, and an end's value with it, grew up to 25x (CartPole, 16 seeds: out_std at
         its floor on 5 seeds, ends worth down to -3,600, gradient spikes 100-1,200x; with the
         labeled clips out_std stayed >= 0.5 and ends in [-170, -105]: docs/preferences.md)."""
-        obs, act, absorbing = self.store.sample_steps(CALIBRATION_STEPS // 2, self.rng)
+        store = self.store if store is None else store
+        obs, act, absorbing = store.sample_steps(CALIBRATION_STEPS // 2, self.rng)
         labeled = self.pairs.sample_steps(CALIBRATION_STEPS // 2, self.rng)
         if labeled is None:
             return obs, act, absorbing
@@ -730,11 +804,14 @@ class Pipeline:
             np.concatenate([absorbing, labeled[2]]),
         )
 
-    def train_round(self, n: int, on_update=None, stopped=None) -> None:
-        """`n` updates on the current labels, then validation, L2 adaptation, recalibration and
-        a new snapshot for the policy; `on_update()` after each update (progress). A round
-        whose `stopped()` turns true ends after the update under way (a Ctrl-C during a long
-        pretraining takes effect within one update, not one round)."""
+    def train_round(self, n: int, on_update=None, stopped=None, store=None) -> None:
+        """`n` updates on the current labels, then validation, L2 adaptation, recalibration
+        over `store` (the pipeline's: recent experience) and a new snapshot for the policy;
+        `on_update()` after each update (progress). A round whose `stopped()` turns true ends
+        after the update under way (a Ctrl-C during a long pretraining takes effect within one
+        update, not one round). In a pipelined round the snapshot and the metrics are staged
+        for the next tick (`finish_job`)."""
+        store = self.store if store is None else store
         self.refresh_pairs()
         if len(self.pairs.train) == 0 or n <= 0:
             return
@@ -757,14 +834,19 @@ class Pipeline:
         if len(val_idx):
             self.model.adapt_l2(train_loss, val_loss)
         with self.lock:
-            if len(self.store):
-                obs, act, absorbing = self.calibration_steps()
+            if len(store):
+                obs, act, absorbing = self.calibration_steps(store)
                 moves = None
                 if self.cfg.reward_input == "progress":  # the scale of one-step changes
-                    moves = self.store.sample_transitions(2048, self.rng)
+                    moves = store.sample_transitions(2048, self.rng)
                 self.model.calibrate(obs, act, moves, absorbing)
-        self.snap = self.model.snapshot(informed=self.pairs.informative())
-        self.model_version += 1
+        snap = self.model.snapshot(informed=self.pairs.informative())
+        staged = self.staged
+        if staged is None:
+            self.snap = snap
+            self.model_version += 1
+        else:
+            staged["snap"], staged["versions"] = snap, staged.get("versions", 0) + 1
         stats = {
             "reward_model/loss": float(np.nanmean(losses)),
             "reward_model/train_loss": float(train_loss.mean()),
@@ -785,8 +867,11 @@ class Pipeline:
                     ),
                 }
             )
-        with self.lock:
-            self.rm_stats.update(stats)
+        if staged is None:
+            with self.lock:
+                self.rm_stats.update(stats)
+        else:
+            staged.setdefault("stats", {}).update(stats)
         if self.human:  # the page shows the accuracy, and which answers were trained on
             self.db.set_meta(
                 trained_at=self.labels_read_at,

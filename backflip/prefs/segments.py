@@ -92,6 +92,13 @@ class SegmentStore:
         self.items.extend(segments)
         self.added += len(segments)
 
+    def frozen(self) -> SegmentStore:
+        """A copy holding the same segments, which later `add`s to this store leave as it is
+        (what a background training round reads: `prefs.mode=pipelined`)."""
+        copy = SegmentStore.__new__(SegmentStore)
+        copy.items, copy.added = deque(self.items, maxlen=self.items.maxlen), self.added
+        return copy
+
     def sample_steps(self, n: int, rng: np.random.Generator):
         """`n` random single steps (obs, actions, absorbing) from the stored segments
         (calibration); `absorbing`: the step was in the absorbing state of a fixed horizon."""
