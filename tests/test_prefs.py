@@ -1010,6 +1010,9 @@ def test_the_long_phases_show_in_the_plain_progress_output(cli):
         assert f"seed 0: {phase}" in out.stderr, out.stderr
     record = json.loads(cli("show", "last", "--json").stdout)
     assert "phase" not in record["seeds"][0] and record["seeds"][0]["status"] == "finished"
+    # the printed record shows the preference settings beside the policy's
+    shown = cli("show", "last").stdout
+    assert "  prefs: " in shown and "labels=20" in shown and "pretrain_updates=20" in shown
 
 
 def test_stacked_frames_keep_one_copy_of_each_frame_and_give_the_observations_back():

@@ -62,7 +62,9 @@ def run(args) -> int:
     print(text_table(header, seed_table_rows(record["seeds"])))
     print("\nconfig:")
     cfg = record["config"]
-    for section in ("hp", "run", "env", "doctor"):
+    for section in ("hp", "run", "env", "doctor", "prefs"):
+        if section == "prefs" and not cfg.get(section):  # a preference run's settings
+            continue
         values = cfg.get(section, {})
         print(f"  {section}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
     prov = record.get("provenance", {})
