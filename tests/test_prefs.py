@@ -496,6 +496,50 @@ def test_pipelined_mode_is_deterministic_and_trains_on_sync_mode_schedule(cli):
     assert not np.array_equal(ma["reward_model/train_loss"][1], ms["reward_model/train_loss"][1])
 
 
+def test_a_pipelined_round_is_installed_at_the_next_tick_and_its_error_surfaces(tmp_path):
+    import contextlib
+    import threading
+    from types import SimpleNamespace
+
+    from backflip.config import PrefsConfig, TrainConfig, resolve
+    from backflip.prefs.pipeline import Pipeline
+
+    plain = resolve("ppo", "MovingDotLowDim-v0", [0], 1000).to_dict()
+    pcfg = PrefsConfig(mode="pipelined")
+    cfg = TrainConfig.from_dict({**plain, "kind": "prefs", "prefs": pcfg.to_dict()})
+    tel = SimpleNamespace(timer=lambda name: contextlib.nullcontext())
+    run = SimpleNamespace(seed=0, replay_buffers=[], tel=tel, out_dir=tmp_path, stopping=False)
+    pipe = Pipeline(cfg, run)
+    pipe.ask = lambda n: 0  # no labeler here: the round is what is tested
+    gate, seen = threading.Event(), []
+
+    def round_(step, store):  # what a round reads was fixed when it started
+        gate.wait(10)
+        seen.append((step, len(store)))
+        pipe.staged["snap"], pipe.staged["versions"] = "the new model", 1
+
+    pipe.train_owed = round_
+    pipe.store.add([Segment(np.zeros((4, 2), np.float32), np.zeros(4, np.int64), np.zeros(4))])
+    pipe.step, before, count = 2048, pipe.snap, pipe.model.obs_rms.count
+    pipe.pipelined_tick()
+    pipe.step += 100  # the policy goes on: more steps, segments and observations meanwhile
+    pipe.store.add([Segment(np.ones((4, 2), np.float32), np.zeros(4, np.int64), np.zeros(4))])
+    pipe.observe(np.ones((3, 2)))
+    assert pipe.snap is before and pipe.model.obs_rms.count == count  # nothing installed yet
+    gate.set()
+    pipe.finish_job()
+    assert seen == [(2048, 1)]
+    assert pipe.snap == "the new model" and pipe.model_version == 1
+    assert pipe.model.obs_rms.count == pytest.approx(count + 3)  # the held observations
+    # an error in the background round reaches the policy's thread at the next tick
+    pipe.train_owed = lambda step, store: 1 / 0
+    pipe.pipelined_tick()
+    with pytest.raises(RuntimeError, match="training round failed") as caught:
+        pipe.finish_job()
+    assert isinstance(caught.value.__cause__, ZeroDivisionError)
+    pipe.db.close()
+
+
 def test_synthetic_labels_never_wait_and_ignore_the_human_settings(cli):
     # the person's pacing (max_debt), shared queries and pending cap are for people only: a
     # synthetic run with the tightest of them is the same run, metric for metric
