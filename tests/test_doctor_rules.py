@@ -244,6 +244,33 @@ def test_progress_on_episodes_and_on_a_logged_mean():
     assert not progress(data(rollout__ep_return_mean=flat_returns())).improved
 
 
+def test_still_improving_names_a_budget_that_ended_mid_rise():
+    """`still-improving` (info): the last 20% of training beats the 20% before it on a finished
+    run that has not reached the env's threshold; quiet on a plateau, on a solved task, and while
+    the run is still going."""
+    rising = data(rollout__ep_return_mean=learning_returns())
+    f = fired(rising)["still-improving"]
+    assert f.severity == "info" and "still rising when training ended" in f.message
+    plateau = np.r_[np.linspace(20, 300, N // 2), 300 + rng.normal(0, 5, N - N // 2)]
+    assert "still-improving" not in fired(data(rollout__ep_return_mean=plateau))
+    solved = data(rollout__ep_return_mean=np.linspace(-500, -40, N) + rng.normal(0, 3, N))
+    solved.env_id = "Acrobot-v1"  # the late mean passes its threshold, -100
+    assert "still-improving" not in fired(solved)
+    live = RunData("s", {"rollout/ep_return_mean": (STEPS[:40], learning_returns()[:40])},
+                   budget=END)  # fmt: skip
+    assert "still-improving" not in fired(live)
+    # per-episode returns: a test on the episodes of the two windows
+    steps = np.arange(1, 2001) * 30
+
+    def ep(rets):  # with the metric rows a run logs beside its episodes
+        rows = {"rollout/ep_return_mean": (STEPS, np.interp(STEPS, steps, rets))}
+        return RunData("s", rows, episodes=(steps, rets, np.ones(2000)), budget=60_000)
+
+    assert "still-improving" in fired(ep(np.linspace(20, 400, 2000) + rng.normal(0, 30, 2000)))
+    flat_end = np.r_[np.linspace(20, 400, 1000), 400 + rng.normal(0, 30, 1000)]
+    assert "still-improving" not in fired(ep(flat_end))
+
+
 def test_preference_rules():
     labels = np.r_[np.full(30, 2.0), np.zeros(N - 30)]
     f = fired(data(prefs__labels_per_s=labels))["prefs-starved"]
@@ -359,9 +386,8 @@ def test_a_rule_that_crashes_becomes_an_info_finding(monkeypatch):
     broken = fmod.Rule("broken", "-", (), "t", "c", "n", "s", False, lambda d: 1 / 0)
     monkeypatch.setattr(fmod, "RULES", [*fmod.RULES, broken])
     monkeypatch.setattr("backflip.doctor.RULES", fmod.RULES)
-    out = diagnose(
-        data(train__approx_kl=np.full(N, 0.01), rollout__ep_return_mean=learning_returns())
-    )
+    learned = np.r_[np.linspace(20, 480, N // 2), 480 + rng.normal(0, 5, N - N // 2)]
+    out = diagnose(data(train__approx_kl=np.full(N, 0.01), rollout__ep_return_mean=learned))
     assert [f.rule for f in out] == ["doctor-error"] and "ZeroDivisionError" in out[0].message
 
 

@@ -19,14 +19,18 @@ from backflip.doctor.rules.common import (
 from backflip.doctor.series import (
     EVAL_RETURNS,
     RunData,
+    between,
+    detrended_std,
     finite,
     fmt,
     head,
     progress,
+    spearman,
     tail,
 )
 from backflip.returns import EVAL_RETURN
 from backflip.runs.layout import EPISODES
+from backflip.stats import scipy_stats
 
 # --- entry 10: episode length ---------------------------------------------------------------------
 
@@ -184,6 +188,81 @@ def never_better(d: RunData):
         metric=p.metric,
         step=p.step_late,
         evidence={"best": p.best, "early_max": p.early_max, **p.evidence()},
+    )
+
+
+# the last 20% of training against the 20% before it
+STILL_LATE, STILL_BEFORE = 0.2, 0.4
+
+
+@rule(
+    "still-improving",
+    entry="11",
+    reads=("episodes", "rollout/ep_return_mean", TRUE_READ),
+    threshold="on a finished run that has not reached the env's reward_threshold, the last "
+    "20% of training's return beats the 20% before it: per-episode data, a one-sided "
+    "Mann-Whitney test (p < 0.01) by at least a fifth of the earlier window's spread; a logged "
+    "mean (overlapping windows of episodes), by one standard deviation of the earlier window "
+    "around its trend and 5% of its magnitude, with a rank correlation with the step of at "
+    "least 0.5 over both windows; info",
+    cause="the budget ended while the policy was still learning: the final return is where "
+    "training was stopped, not where it levels off, and a method that learns more slowly looks "
+    "worse at this budget than at its plateau",
+    check_next="the learning curve (`backflip show`, the UI's run page); a longer run before "
+    "comparing final levels, or comparisons at equal steps only",
+    source="Henderson et al. 2017, 'Deep RL that Matters' (budgets and learning curves, not one "
+    "final number); issue 34 (MinAtar Breakout from preferences, rising at 2e5 steps)",
+)
+def still_improving(d: RunData):
+    if _rows(d) < MIN_ROWS or d.end < 0.9 * d.horizon:  # finished runs only
+        return None
+    if verdict(d).solved:
+        return None
+    r, end = d.returns, d.horizon
+    lo, hi = 1 - STILL_BEFORE, 1 - STILL_LATE
+    if r.episodes and d.episodes is not None:
+        steps, rets, _ = d.episodes
+        ok = np.isfinite(rets)
+        steps, rets = steps[ok], rets[ok]
+        before = rets[(steps > lo * end) & (steps <= hi * end)]
+        late = rets[steps > hi * end]
+        if len(before) < 10 or len(late) < 10:
+            return None
+        if late.mean() <= before.mean() + 0.2 * before.std():
+            return None
+        try:
+            pvalue = float(scipy_stats().mannwhitneyu(late, before, alternative="greater").pvalue)
+        except ValueError:  # every value identical
+            return None
+        if pvalue >= 0.01:
+            return None
+        metric, step, evidence = EPISODES, int(steps[-1]), {"p_value": pvalue}
+    else:
+        s = d.get(r.mean)
+        if s is None:
+            return None
+        s = finite(s)
+        before_s, late_s = between(s, lo, hi, end), between(s, hi, 1.0, end)
+        if len(before_s[0]) < 3 or len(late_s[0]) < 3:
+            return None
+        before, late = before_s[1], late_s[1]
+        # a logged mean's points overlap (each a window of episodes): a steady trend over both
+        # windows, and a rise beyond the noise around it, rather than a test on their points
+        noise = detrended_std(before_s)
+        margin = max(noise, 0.05 * abs(float(np.mean(before))), 1e-9)
+        trend = spearman(np.r_[before_s[0], late_s[0]], np.r_[before, late])
+        if float(np.mean(late)) <= float(np.mean(before)) + margin or not trend >= 0.5:
+            return None
+        metric, step = r.mean, int(late_s[0][-1])
+        evidence = {"noise": noise, "spearman": trend}
+    b, la = float(np.mean(before)), float(np.mean(late))
+    return Hit(
+        "info",
+        f"the {r.name} was still rising when training ended: {fmt(la)} over the last 20% of "
+        f"steps against {fmt(b)} over the 20% before",
+        metric=metric,
+        step=step,
+        evidence={"before": b, "late": la, **evidence},
     )
 
 
