@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from offpolicy import sb3_greedy_evaluator, train_seed
+from offpolicy import SAC_ZOO, cached_run, sb3_greedy_evaluator, train_seed
 
 # SB3's PPO defaults are the PPO paper's MuJoCo settings (rl-zoo: `normalize: true`)
 PPO_SB3 = dict(
@@ -75,20 +74,7 @@ PPO_BACKFLIP = dict(
 )
 # rl-zoo, hyperparams/sac.yml, HalfCheetah/Hopper: SB3's defaults with learning_starts 10,000
 SAC_SB3 = dict(learning_starts=10_000)
-SAC_BACKFLIP = dict(
-    lr=3e-4,
-    hidden="256,256",
-    batch_size=256,
-    buffer_size=1_000_000,
-    learning_starts=10_000,
-    gamma=0.99,
-    tau=0.005,
-    train_every=1,
-    gradient_steps=1,
-    target_every=1,
-    alpha_init=1.0,
-    autotune_alpha=True,
-)
+SAC_BACKFLIP = {**SAC_ZOO, "lr": 3e-4, "learning_starts": 10_000}  # SB3 defaults, 1e4 random steps
 
 
 # --- one run per process ----------------------------------------------------------------------
@@ -166,16 +152,7 @@ def run_backflip(algo: str, env_id: str, seed: int, steps: int) -> dict:
 def one(results: Path, algo: str, lib: str, env_id: str, seed: int, steps: int) -> dict:
     """One run in a fresh process (cached in `results`)."""
     path = results / f"{algo}-{lib}-{env_id}-{seed}-{steps}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    cmd = [sys.executable, __file__, "--one", f"{algo},{lib},{env_id},{seed},{steps}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{cmd} failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    path.write_text(json.dumps(result))
-    return result
+    return cached_run(path, __file__, f"{algo},{lib},{env_id},{seed},{steps}")
 
 
 def iqm(values: list[float]) -> str:

@@ -28,8 +28,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +41,7 @@ from offpolicy import (
     SAC_ZOO_SB3,
     TD3_ZOO,
     TD3_ZOO_SB3,
+    cached_run,
     count_flops,
     sb3_greedy_evaluator,
     train_seed,
@@ -187,16 +186,7 @@ def summarize(steps, wall, timing, evals, final, flops, threshold) -> dict:
 def one(results: Path, algo: str, lib: str, mode: str, seed: int) -> dict:
     """One run in a fresh process (cached in `results`)."""
     path = results / f"{algo}-{lib}-{mode}-{seed}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    cmd = [sys.executable, __file__, "--one", f"{algo},{lib},{mode},{seed}"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{cmd} failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    path.write_text(json.dumps(result))
-    return result
+    return cached_run(path, __file__, f"{algo},{lib},{mode},{seed}")
 
 
 def fmt(x, digits=0):
