@@ -1,8 +1,10 @@
 """The fast path: the two places backflip reaches into torch's private kernels, in one module.
 
-- `adam_step`: a fused Adam step on a `FlatParams` buffer without torch.optim's Python around
-  the kernel: the two kernels `opt.step()` runs (the step count + 1, then `torch._fused_adam_`)
-  on the same state, so the result is `opt.step()`'s bit for bit.
+- `adam_step`: a fused Adam step (on a `FlatParams` buffer, or on an optimizer's own list of
+  tensors) without torch.optim's Python around the kernel: the two kernels `opt.step()` runs
+  (the step counts + 1, then `torch._fused_adam_`) on the same state, so the result is
+  `opt.step()`'s bit for bit; `total_norm` and `clip_grad_norm_`, torch's gradient norm and
+  clipping by the same kernels without the grouping around them, bit for bit.
 - `tanh_mlp`: a tanh MLP on the CPU with NumPy's tanh, and with gradients on as one autograd
   node whose backward is the chain rule written out (`torch.ops.aten.tanh_backward`, the kernel
   autograd runs for tanh): the numbers of torch's own modules up to rounding (~1 ulp).
@@ -45,23 +47,35 @@ def _enabled() -> bool:
 ENABLED = _enabled()  # read at each call, so a test can switch it
 
 
-def adam_step(opt: torch.optim.Optimizer, param: torch.Tensor, grad: torch.Tensor) -> bool:
-    """`opt.step()` for a fused Adam over `[param]` (whose gradient is `grad`); False, having
-    done nothing, when it does not apply: the fast path off, another optimizer or configuration,
-    or the first step (which creates the optimizer's state)."""
-    g = opt.param_groups[0]
-    st = opt.state.get(param)
-    plain = not (g.get("amsgrad") or g.get("differentiable") or g.get("capturable"))
-    if not (ENABLED and type(opt) is torch.optim.Adam and st and g.get("fused") and plain):
+def adam_step(
+    opt: torch.optim.Optimizer,
+    params: list[torch.Tensor] | None = None,
+    grads: list[torch.Tensor] | None = None,
+) -> bool:
+    """`opt.step()` for a fused Adam with one parameter group, over `params` (whose gradients
+    are `grads`; default: the group's parameters that have a gradient, as `opt.step()` takes
+    them); False, having done nothing, when it does not apply: the fast path off, another
+    optimizer or configuration, or a first step (which creates the optimizer's state)."""
+    if not ENABLED or type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1:
         return False
-    st["step"].add_(1)
+    g = opt.param_groups[0]
+    if g.get("amsgrad") or g.get("differentiable") or g.get("capturable") or not g.get("fused"):
+        return False
+    if params is None:
+        params = [p for p in g["params"] if p.grad is not None]
+        grads = [p.grad for p in params]
+    states = [opt.state.get(p) for p in params]
+    if not params or not all(states):
+        return False
+    steps = [st["step"] for st in states]
+    torch._foreach_add_(steps, 1)
     torch._fused_adam_(
-        [param],
-        [grad],
-        [st["exp_avg"]],
-        [st["exp_avg_sq"]],
+        params,
+        grads,
+        [st["exp_avg"] for st in states],
+        [st["exp_avg_sq"] for st in states],
         [],
-        [st["step"]],
+        steps,
         amsgrad=False,
         lr=g["lr"],
         beta1=g["betas"][0],
@@ -73,6 +87,28 @@ def adam_step(opt: torch.optim.Optimizer, param: torch.Tensor, grad: torch.Tenso
         found_inf=None,
     )
     return True
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor | None:
+    """`torch.nn.utils.get_total_norm(grads)` (the L2 norm of the per-tensor L2 norms), the same
+    kernels without its grouping by device and dtype; None when that grouping would matter (the
+    fast path off, no tensors, or more than one device or dtype)."""
+    if not ENABLED or not grads:
+        return None
+    first = grads[0]
+    if any(g.device != first.device or g.dtype != first.dtype for g in grads):
+        return None
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+
+
+def clip_grad_norm_(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor | None:
+    """`torch.nn.utils.clip_grad_norm_` on these gradients: the norm before clipping, and every
+    gradient multiplied by min(1, max_norm / (norm + 1e-6)), by the same kernels without the
+    Python around them; None, having done nothing, where `total_norm` does not apply."""
+    norm = total_norm(grads)
+    if norm is not None:
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
 
 
 def tanh_mlp_applies(x: torch.Tensor) -> bool:

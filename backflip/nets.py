@@ -439,7 +439,17 @@ def params_vector(params) -> torch.Tensor:
 
 def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     """The global L2 norm of the gradients of `params` (a 0-d tensor; no host sync)."""
-    return torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = fastpath.total_norm(grads)
+    return torch.nn.utils.get_total_norm(grads) if norm is None else norm
+
+
+def clip_grad_norm_(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """`torch.nn.utils.clip_grad_norm_(params, max_norm)` (the norm before clipping), through
+    the fast path where it applies: bit for bit, a third of its time on a small network."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norm = fastpath.clip_grad_norm_(grads, max_norm)
+    return torch.nn.utils.clip_grad_norm_(params, max_norm) if norm is None else norm
 
 
 def _dense_strides(p: torch.Tensor) -> tuple[int, ...]:
@@ -447,6 +457,14 @@ def _dense_strides(p: torch.Tensor) -> tuple[int, ...]:
     if p.is_contiguous() or (p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)):
         return p.stride()
     return torch.empty(p.shape, device="meta").stride()
+
+
+def adam_step(opt: torch.optim.Optimizer) -> None:
+    """`opt.step()`: for a fused Adam on the fast path, the same kernels without torch.optim's
+    Python around them, bit for bit (`fastpath.adam_step`); on a small network that wrapper
+    costs as much as the kernels."""
+    if not fastpath.adam_step(opt):
+        opt.step()
 
 
 class FlatParams:
@@ -514,7 +532,7 @@ class FlatParams:
     def adam_step(self, opt: torch.optim.Adam) -> None:
         """`opt.step()`: for a fused Adam over `[self.param]` on the fast path, the same kernels
         without torch.optim's Python around them, bit for bit (`fastpath.adam_step`)."""
-        if not fastpath.adam_step(opt, self.param, self.grad):
+        if not fastpath.adam_step(opt, [self.param], [self.grad]):
             opt.step()
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:

@@ -82,12 +82,60 @@ def test_adam_step_falls_back_to_opt_step_off_the_fast_path(monkeypatch):
     flat.grad.fill_(0.1)
     opt.step()  # the first step creates the state
     monkeypatch.setattr(fastpath, "ENABLED", False)
-    assert not fastpath.adam_step(opt, flat.param, flat.grad)
+    assert not fastpath.adam_step(opt, [flat.param], [flat.grad])
     monkeypatch.setattr(fastpath, "ENABLED", True)
-    assert fastpath.adam_step(opt, flat.param, flat.grad)
+    assert fastpath.adam_step(opt, [flat.param], [flat.grad])
     # not a fused Adam: the caller's opt.step()
     sgd = torch.optim.SGD([flat.param], lr=0.1)
-    assert not fastpath.adam_step(sgd, flat.param, flat.grad)
+    assert not fastpath.adam_step(sgd, [flat.param], [flat.grad])
+
+
+def off_policy_like_updates(fast: bool, max_norm: float, steps: int = 30):
+    """A 256-256 ReLU MLP's separate parameter tensors trained by fused Adam with gradient
+    clipping, as DQN trains its Q-network: through `nets.adam_step` and `nets.clip_grad_norm_`
+    (the fast path) or `opt.step()` and torch's `clip_grad_norm_`; parameters, norms, losses."""
+    from backflip.nets import adam_step, clip_grad_norm_
+
+    torch.manual_seed(0)
+    net = mlp([4, 256, 256, 2], "relu", orthogonal=False)
+    params = list(net.parameters())
+    opt = torch.optim.Adam(params, lr=2e-3, fused=True)
+    g = torch.Generator().manual_seed(1)
+    norms, losses = [], []
+    for _ in range(steps):
+        x, y = torch.randn(64, 4, generator=g), 30 * torch.randn(64, 2, generator=g)
+        loss = nn.functional.smooth_l1_loss(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if fast:
+            norms.append(clip_grad_norm_(params, max_norm).item())
+            adam_step(opt)
+        else:
+            norms.append(nn.utils.clip_grad_norm_(params, max_norm).item())
+            opt.step()
+        losses.append(loss.item())
+    return [p.detach().clone() for p in params], norms, losses
+
+
+@pytest.mark.parametrize("max_norm", [float("inf"), 10.0, 0.2])
+def test_adam_and_clipping_on_separate_tensors_are_torchs_bit_for_bit(max_norm):
+    # DQN, TD3, SAC and VPG step their optimizers and clip through these: their curves must not
+    # move (benchmarks/same_numbers.py checks whole runs)
+    fast, fast_norms, fast_losses = off_policy_like_updates(True, max_norm)
+    plain, plain_norms, plain_losses = off_policy_like_updates(False, max_norm)
+    assert fast_norms == plain_norms and fast_losses == plain_losses
+    assert all(torch.equal(a, b) for a, b in zip(fast, plain, strict=True))
+    if max_norm == 0.2:  # the clipping really clipped
+        assert min(fast_norms) > 0.2
+
+
+def test_norms_fall_back_to_torch_where_the_grouping_matters(monkeypatch):
+    grads = [torch.ones(3), torch.ones(2, dtype=torch.float64)]
+    assert fastpath.total_norm(grads) is None and fastpath.total_norm([]) is None
+    assert fastpath.clip_grad_norm_(grads, 1.0) is None
+    assert torch.equal(grads[0], torch.ones(3))  # untouched
+    monkeypatch.setattr(fastpath, "ENABLED", False)
+    assert fastpath.total_norm([torch.ones(3)]) is None
 
 
 def test_the_torch_version_check():

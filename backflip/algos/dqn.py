@@ -57,7 +57,7 @@ from backflip.algos import offpolicy
 from backflip.algos.common import Agent
 from backflip.algos.settings.dqn import Config
 from backflip.config import TrainConfig
-from backflip.nets import encoder, frozen_copy, mlp, polyak_update
+from backflip.nets import adam_step, clip_grad_norm_, encoder, frozen_copy, mlp, polyak_update
 from backflip.seedrun import SeedRun
 
 
@@ -141,7 +141,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         loss = F.smooth_l1_loss(q_taken, y) if cfg.huber else 0.5 * F.mse_loss(q_taken, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        norm = nn.utils.clip_grad_norm_(params, max_norm)  # the norm before clipping
+        norm = clip_grad_norm_(params, max_norm)  # the norm before clipping
         if tel.enabled:
             with torch.no_grad():
                 tel.store(
@@ -154,7 +154,7 @@ def train(cfg: Config, run: SeedRun) -> None:
                     }
                 )
         theta0 = ratio.before()
-        opt.step()
+        adam_step(opt)  # opt.step(), less its Python wrapper
         ratio.after(theta0)
         if n % cfg.target_every == 0:
             polyak_update(target_params, params, cfg.tau)

@@ -36,6 +36,7 @@ from backflip.algos.settings.sac import Config
 from backflip.config import TrainConfig
 from backflip.nets import (
     QCritics,
+    adam_step,
     frozen_copy,
     grad_norm,
     mlp,
@@ -115,7 +116,7 @@ def train(cfg: Config, run: SeedRun) -> None:
             alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
             alpha_opt.zero_grad(set_to_none=True)
             alpha_loss.backward()
-            alpha_opt.step()
+            adam_step(alpha_opt)
         # -- critics --------------------------------------------------------------------------
         with torch.no_grad():
             a_next, logp_next = actor.sample(b.next_obs)
@@ -125,14 +126,14 @@ def train(cfg: Config, run: SeedRun) -> None:
         critic_loss = 0.5 * (qs - y).pow(2).mean(1).sum()
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
-        critic_opt.step()
+        adam_step(critic_opt)
         # -- actor, against the updated critics -----------------------------------------------
         theta0 = ratio.before()
         critic.requires_grad_(False)  # the actor needs dQ/da only
         actor_loss = (alpha * logp - critic(b.obs, pi).min(0).values).mean()
         actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
-        actor_opt.step()
+        adam_step(actor_opt)
         critic.requires_grad_(True)
         ratio.after(theta0)
         if n % cfg.target_every == 0:

@@ -34,7 +34,7 @@ from backflip.algos import offpolicy
 from backflip.algos.common import Agent
 from backflip.algos.settings.td3 import Config
 from backflip.config import TrainConfig
-from backflip.nets import QCritics, frozen_copy, grad_norm, mlp, polyak_update
+from backflip.nets import QCritics, adam_step, frozen_copy, grad_norm, mlp, polyak_update
 from backflip.seedrun import SeedRun
 
 
@@ -94,7 +94,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         critic_loss = (qs - y).pow(2).mean(1).sum()
         critic_opt.zero_grad(set_to_none=True)
         critic_loss.backward()
-        critic_opt.step()
+        adam_step(critic_opt)
         if tel.enabled:
             tel.store(
                 **{
@@ -112,7 +112,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         actor_loss = -critic.qs[0](torch.cat([b.obs, pi], -1)).mean()
         actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
-        actor_opt.step()
+        adam_step(actor_opt)
         critic.requires_grad_(True)
         ratio.after(theta0)
         polyak_update(critic_targ_params, critic_params, cfg.tau)

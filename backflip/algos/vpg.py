@@ -24,12 +24,11 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 
 from backflip.algos import onpolicy
 from backflip.algos.common import build_actor_critic, load_actor_critic, log_policy_health
 from backflip.algos.settings.vpg import Config
-from backflip.nets import params_vector
+from backflip.nets import adam_step, clip_grad_norm_, params_vector
 from backflip.seedrun import SeedRun
 
 
@@ -63,8 +62,8 @@ def train(cfg: Config, run: SeedRun) -> None:
             pg_loss = -(a * logp).mean() - cfg.ent_coef * entropy.mean()
             pi_opt.zero_grad(set_to_none=True)
             pg_loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(pi_params, cfg.max_grad_norm or math.inf)
-            pi_opt.step()
+            grad_norm = clip_grad_norm_(pi_params, cfg.max_grad_norm or math.inf)
+            adam_step(pi_opt)
             tel.store(
                 **{
                     "train/policy_loss": pg_loss.detach(),
@@ -80,8 +79,8 @@ def train(cfg: Config, run: SeedRun) -> None:
                 v_opt.zero_grad(set_to_none=True)
                 v_loss.backward()
                 if cfg.max_grad_norm:
-                    nn.utils.clip_grad_norm_(v_params, cfg.max_grad_norm)
-                v_opt.step()
+                    clip_grad_norm_(v_params, cfg.max_grad_norm)
+                adam_step(v_opt)
                 tel.store(**{"train/value_loss": v_loss.detach()})
         if row and diag:  # KL, update size and entropy of the policy step
             log_policy_health(tel, ac, b.obs, b.act, logp.detach(), theta0, max_entropy)
