@@ -159,6 +159,8 @@ def scripted_person(args, env_id: str, env: dict) -> str:
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     print(fit.stdout, fit.stderr, flush=True)
+    if fit.returncode != 0:  # e.g. every answer a tie: nothing to fit a copy to
+        raise SystemExit(f"no simulated copy of the scripted person (run {run}): see above")
     return run
 
 
