@@ -685,3 +685,44 @@ def test_failures_that_persist_under_a_fixed_horizon_are_named():
     assert "prefs-failures-persist" not in run(successes)
     assert "prefs-failures-persist" not in run(stuck, "variable")
     assert "prefs-failures-persist" not in run(stuck, learned=False)
+
+
+def test_ends_the_labels_never_showed_are_named():
+    """`labels-ends-unseen`: under a fixed horizon, an env that ends episodes early, labels that
+    hardly ever held an end and a policy that stopped ending (CliffWalking: the goal never
+    reached); quiet where ends were shown (Hopper's falls), where the policy ends its episodes
+    (Acrobot reaching its goal), on envs that never end, under a variable horizon, on plain runs."""
+    shown = np.linspace(300, 680, N)
+
+    def run(ends, frac, terminations=None, horizon="terminal", learned=True):
+        terminations = np.ones(N) if terminations is None else terminations
+        d = data(
+            prefs__labeled_segments=shown,
+            prefs__labeled_ends=ends,
+            prefs__env_terminations=terminations,
+            prefs__terminated_frac=frac,
+        )
+        d.learned_reward, d.prefs = learned, {"horizon": horizon}
+        return fired(d)
+
+    never = np.r_[np.full(N // 10, 0.11), np.zeros(N - N // 10)]
+    f = run(np.ones(N), never)["labels-ends-unseen"]
+    assert f.severity == "warning" and "1 of 680 labeled segments" in f.message
+    assert "labels-ends-unseen" not in run(shown * 0.2, never)  # Hopper: falls were labeled
+    assert "labels-ends-unseen" not in run(np.ones(N), np.linspace(0.0, 0.9, N))  # Acrobot
+    # the policy never ended an episode: the env's ends are known from the labels' one end...
+    assert "labels-ends-unseen" in run(np.ones(N), np.zeros(N), terminations=np.zeros(N))
+    # ... or from the random policy's (prefs/random_ends); an env never seen to end: quiet
+    unseen = run(np.zeros(N), np.zeros(N), terminations=np.zeros(N))
+    assert "labels-ends-unseen" not in unseen
+    d = data(
+        prefs__labeled_segments=shown,
+        prefs__labeled_ends=np.zeros(N),
+        prefs__env_terminations=np.zeros(N),
+        prefs__terminated_frac=np.zeros(N),
+        prefs__random_ends=np.full(N, 3.0),
+    )
+    d.learned_reward, d.prefs = True, {"horizon": "restart"}
+    assert "0 of 680 labeled segments" in fired(d)["labels-ends-unseen"].message
+    assert "labels-ends-unseen" not in run(np.ones(N), never, horizon="variable")
+    assert "labels-ends-unseen" not in run(np.ones(N), never, learned=False)

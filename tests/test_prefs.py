@@ -196,17 +196,43 @@ def test_synthetic_labeler_error_rate_answers_at_random():
 # --- the database ---------------------------------------------------------------------------------------
 
 
+def test_the_labels_count_the_segments_that_held_an_episodes_end(tmp_path):
+    # a segment with steps in the absorbing state of a fixed horizon holds the env's end: what
+    # the doctor's labels-ends-unseen reads (prefs/labeled_ends)
+    db = PreferenceDB(tmp_path / "prefs.sqlite")
+    ended = seg([1, 0, 0])
+    ended.absorbing = np.array([False, True, True])
+    db.add_query(ended, seg([0, 0, 0]), 20, "random", label=1.0, labeler="synthetic")
+    db.add_query(seg([1, 1, 1]), seg([0, 0, 0]), 20, "random")  # pending: not shown yet
+    assert db.shown() == {
+        "labeled_segments": 2,
+        "labeled_gains": 1,
+        "labeled_losses": 0,
+        "labeled_ends": 1,
+    }
+
+
 def test_database_answers_skips_undo_and_reuse(tmp_path):
     db = PreferenceDB(tmp_path / "a" / "prefs.sqlite")
     q1 = db.add_query(seg([1]), seg([0]), 10, "random")
     q2 = db.add_query(seg([2]), seg([3]), 10, "random")
     q3 = db.add_query(seg([0]), seg([0]), 10, "random", label=0.5, labeler="synthetic")
     assert db.counts() == {"labeled": 1, "equal": 1, "pending": 2, "skipped": 0, "segments": 6}
-    assert db.shown() == {"labeled_segments": 2, "labeled_gains": 0, "labeled_losses": 0}
+    assert db.shown() == {
+        "labeled_segments": 2,
+        "labeled_gains": 0,
+        "labeled_losses": 0,
+        "labeled_ends": 0,
+    }
     db.answer(q1, "left")
     db.answer(q2, "skip")
     # what the labels have shown: q3's two segments and q1's (one returned 1); not the skipped q2
-    assert db.shown() == {"labeled_segments": 4, "labeled_gains": 1, "labeled_losses": 0}
+    assert db.shown() == {
+        "labeled_segments": 4,
+        "labeled_gains": 1,
+        "labeled_losses": 0,
+        "labeled_ends": 0,
+    }
     with pytest.raises(KeyError):
         db.answer(q1, "right")  # already answered
     with pytest.raises(ValueError):

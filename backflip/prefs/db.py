@@ -535,16 +535,23 @@ class PreferenceDB:
         }
 
     def shown(self) -> dict[str, int]:
-        """The distinct segments of labeled queries, and how many of them have a true return
-        above and below 0: what the reward model has been shown of gains and losses."""
+        """The distinct segments of labeled queries, how many of them have a true return above
+        and below 0, and how many hold an episode's end (a step in the absorbing state of a
+        fixed horizon): what the reward model has been shown of gains, losses and ends."""
         with self._lock:
-            shown, gains, losses = self.conn.execute(
+            shown, gains, losses, ends = self.conn.execute(
                 "SELECT COUNT(*), COALESCE(SUM(true_return > 0), 0), "
-                "COALESCE(SUM(true_return < 0), 0) FROM segments WHERE id IN "
+                "COALESCE(SUM(true_return < 0), 0), COALESCE(SUM(absorbing IS NOT NULL), 0) "
+                "FROM segments WHERE id IN "
                 "(SELECT left FROM queries WHERE status = 'labeled' "
                 "UNION SELECT right FROM queries WHERE status = 'labeled')"
             ).fetchone()
-        return {"labeled_segments": shown, "labeled_gains": gains, "labeled_losses": losses}
+        return {
+            "labeled_segments": shown,
+            "labeled_gains": gains,
+            "labeled_losses": losses,
+            "labeled_ends": ends,
+        }
 
     def last_label_time(self) -> float | None:
         with self._lock:

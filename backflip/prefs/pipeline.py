@@ -256,8 +256,10 @@ class Pipeline:
             have = self.n_answered()
             need = max(initial - have, 0)
             clips = min(pcfg.store_size, max(2 * need, 2 * pcfg.random_envs, 16))
-            steps = self.gather_random(clips, self.run.env_seed + 777)
-            self.run.tel.log(**{"prefs/random_steps": float(steps)})
+            steps, ends = self.gather_random(clips, self.run.env_seed + 777)
+            self.run.tel.log(
+                **{"prefs/random_steps": float(steps), "prefs/random_ends": float(ends)}
+            )
             target = max(initial, have)
             self.schedule = LabelSchedule(target, target, 1)
             self.asked = have
@@ -274,11 +276,12 @@ class Pipeline:
             self.publish()
             self.run.log(0)
 
-    def gather_random(self, n_segments: int, seed: int) -> int:
+    def gather_random(self, n_segments: int, seed: int) -> tuple[int, int]:
         """Fill the store with `n_segments` clips of a uniformly random policy on `random_envs`
-        env copies (each from its own reset); the env steps it took."""
+        env copies (each from its own reset); the env steps it took, and how many episodes the
+        env ended early (terminated: what `LearnedReward` counts as an end)."""
         from backflip.envs import make_vec
-        from backflip.prefs.wrapper import flags
+        from backflip.prefs.wrapper import env_ends
 
         envs = make_vec(
             self.env_id,
@@ -292,7 +295,7 @@ class Pipeline:
         obs, info = envs.reset(seed=seed)
         frames = info.get("frame")
         prev_done = np.zeros(envs.num_envs, bool)
-        steps, cap = 0, GATHER_STEPS_PER_CLIP * n_segments * self.cfg.segment_length
+        steps, ends, cap = 0, 0, GATHER_STEPS_PER_CLIP * n_segments * self.cfg.segment_length
         phase = "gathering clips from a random policy"
         try:
             while self.store.added < n_segments and not self.run.stopping:
@@ -307,7 +310,8 @@ class Pipeline:
                 actions = envs.action_space.sample()
                 next_obs, r, term, trunc, info = envs.step(actions)
                 done = term | trunc
-                absorbing = flags(info, "absorbing", envs.num_envs)
+                absorbing, ended = env_ends(term, info, envs.num_envs)
+                ends += int((ended & ~prev_done).sum())
                 segs = rec.add(
                     obs,
                     actions,
@@ -328,7 +332,7 @@ class Pipeline:
         finally:
             envs.close()
         self.progress(phase, n_segments, n_segments, "clips")
-        return steps
+        return steps, ends
 
     def wait_for_labels(self, target: int) -> None:
         """Keep asking until `target` labels are answered (a person may take a while, or end

@@ -45,14 +45,7 @@ class LearnedReward(gym.vector.VectorWrapper):
         obs_before, frames_before, valid = self.obs, self.frames, ~self.prev_done
         obs, true_reward, term, trunc, info = self.env.step(actions)
         actions = np.asarray(actions)
-        absorbing = flags(info, "absorbing", self.num_envs)  # taken in the absorbing state
-        # the env's own end: its termination, or under a fixed horizon the `terminated_early`
-        # the horizon reports (`prefs.horizon=terminal`'s last absorbing step terminates the
-        # learner's episode, not the env's: counted there it made every end two, one with a
-        # true return of 0, and halved the true return the doctor reads)
-        ended = (np.asarray(term, bool) & ~absorbing) | flags(
-            info, "terminated_early", self.num_envs
-        )
+        absorbing, ended = env_ends(term, info, self.num_envs)
         reward = self.pipeline.reward(obs_before, actions, obs, absorbing, absorbing | ended)
         # prefs.horizon=terminal: the episode's last absorbing step is worth the absorbing
         # state's reward for ever, r̂_abs/(1 − γ) (envs/horizon.py)
@@ -76,6 +69,17 @@ class LearnedReward(gym.vector.VectorWrapper):
         if "frame" in info:
             self.frames = info["frame"]
         return obs, reward, term, trunc, info
+
+
+def env_ends(term, info: dict, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per copy of a vector env's step: whether it was taken in the absorbing state of a fixed
+    horizon, and whether the env itself ended the episode there: its termination, or under a
+    fixed horizon the `terminated_early` the horizon reports (`prefs.horizon=terminal`'s last
+    absorbing step terminates the learner's episode, not the env's: counted there it made every
+    end two, one with a true return of 0, and halved the true return the doctor reads)."""
+    absorbing = flags(info, "absorbing", n)
+    ended = (np.asarray(term, bool) & ~absorbing) | flags(info, "terminated_early", n)
+    return absorbing, ended
 
 
 def flags(info: dict, key: str, n: int) -> np.ndarray:

@@ -381,6 +381,70 @@ def prefs_failures_persist(d: RunData):
 
 
 @rule(
+    "labels-ends-unseen",
+    entry="20",
+    reads=(
+        "prefs/labeled_segments",
+        "prefs/labeled_ends",
+        "prefs/env_terminations",
+        "prefs/random_ends",
+        "prefs/terminated_frac",
+    ),
+    threshold="a preference run under a fixed horizon (restart, absorb, terminal) whose env "
+    "can end episodes early (it ended one of the random policy's or the policy's, or a labeled "
+    "segment holds an end), at the last row: >= 100 labeled "
+    "segments, fewer than 1% of them holding an episode's end (a step in the absorbing state), "
+    "the policy's last episodes ending early <= 5% of the time (median over the last quarter "
+    "of rows), and the env's reward_threshold not reached",
+    cause="the reward model was hardly ever shown what an episode's end is worth: its absorbing "
+    "value is a guess, and the policy, paid by it, learned not to end. Where the end is the "
+    "goal (CliffWalking's far corner, Acrobot's swing-up, a maze's exit) the task is then "
+    "never done: the clips asked about come from a random policy and from the policy itself, "
+    "and neither reaches it (CliffWalking: 1 of ~680 labeled segments ended, every seed's "
+    "greedy policy walked the 1,000 steps without reaching the goal or falling)",
+    check_next="prefs/labeled_ends against prefs/labeled_segments; clips that reach the end: "
+    "more random clips first (prefs.random_envs, prefs.initial_frac, a larger "
+    "prefs.store_size), an entropy bonus that lasts, or a person who can say which clip came "
+    "nearer; backflip prefs check-reward RUN --policy RUN2 with a policy that reaches it",
+    source=f"{KOSTRIKOV}; Christiano et al. 2017 (the reward model learns only what its clips "
+    "show); docs/preferences.md",
+)
+def labels_ends_unseen(d: RunData):
+    if not d.learned_reward or d.prefs.get("horizon") not in ("restart", "absorb", "terminal"):
+        return None
+    series = [d.get(f"prefs/{k}") for k in ("labeled_segments", "labeled_ends")]
+    ends, frac = d.get("prefs/env_terminations"), d.get("prefs/terminated_frac")
+    if any(s is None for s in (*series, ends, frac)):
+        return None
+    (steps, shown), (_, labeled) = (finite(s) for s in series)
+    (_, terminations), (_, f) = finite(ends), finite(frac)
+    if not (len(shown) and len(labeled) and len(terminations) and len(f) >= 4):
+        return None
+    random = d.get("prefs/random_ends")
+    random_ends = float(finite(random)[1][-1]) if random and len(finite(random)[1]) else 0.0
+    can_end = terminations[-1] >= 1 or random_ends >= 1 or labeled[-1] >= 1
+    if shown[-1] < 100 or not can_end or labeled[-1] >= 0.01 * shown[-1]:
+        return None
+    late = float(np.median(f[-max(len(f) // 4, 3) :]))
+    if late > 0.05 or verdict(d).solved:
+        return None
+    return Hit(
+        "warning",
+        f"{int(labeled[-1]):,} of {int(shown[-1]):,} labeled segments held an episode's end, "
+        f"and the policy's last episodes ended early {100 * late:.0f}% of the time: the reward "
+        "model was hardly shown what ending is worth, and where the end is the goal it is "
+        "never reached",
+        metric="prefs/labeled_ends",
+        step=int(steps[-1]),
+        evidence={
+            "labeled_segments": float(shown[-1]),
+            "labeled_ends": float(labeled[-1]),
+            "late_terminated_frac": late,
+        },
+    )
+
+
+@rule(
     "prefs-length-bias",
     entry="20",
     reads=("prefs/len_return_corr", "reward_model/segment_corr"),
