@@ -180,3 +180,67 @@ def test_bad_docs_are_refused_before_the_battery_runs(tmp_path, capsys, args, wo
     err = capsys.readouterr().err.splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
     assert not home.exists() or not any(home.iterdir())
+
+
+def test_a_baseline_file_is_what_the_battery_is_compared_with(cli, home, tmp_path):
+    """`--baseline FILE` (the battery behind docs/benchmarks.md, committed as
+    benchmarks/battery_full.json) replaces the archive's latest battery as the comparison; a
+    battery far below it is a regression (exit 1). `--write-baseline` writes one that reads back."""
+    baseline = {
+        "id": "20261101-000000-base", "mode": "quick", "seeds": 5, "overrides": {},
+        "commit": "abc", "dirty": False, "wall_s": 1.0,
+        "entries": [{
+            "algo": "cem", "env": "CartPole-v1", "steps": 10_000, "run": "20261101-000000-cem0",
+            "status": "finished", "finals": [1e6] * 5,
+            "summary": {"n": 5, "iqm": 1e6, "ci_low": 1e6, "ci_high": 1e6}, "sps": 1.0,
+        }],
+    }  # fmt: skip
+    path = tmp_path / "battery_quick.json"
+    path.write_text(json.dumps(baseline))
+    out = tmp_path / "new_baseline.json"
+    proc = cli(
+        "bench", "--quick", "--only", "cem:CartPole-v1", "--seeds", "2", "--workers", "2",
+        "--no-progress", "--no-plot", "--baseline", path, "--write-baseline", out, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "compared with battery 20261101-000000-base" in proc.stdout
+    assert "REGRESSION" in proc.stdout
+    written = json.loads(out.read_text())
+    assert written["mode"] == "quick" and "across_envs" not in written
+    (entry,) = written["entries"]
+    assert entry["algo"] == "cem" and len(entry["finals"]) == 2 and "judgement" not in entry
+    from backflip.experiments.bench import read_baseline
+
+    assert read_baseline(out, quick=True)["id"] == written["id"]
+
+
+def test_the_committed_baseline_is_the_full_battery_of_the_docs():
+    from backflip.experiments.bench import read_baseline, reference_pairs
+
+    battery = read_baseline(ROOT / "benchmarks" / "battery_full.json", quick=False)
+    assert {(e["algo"], e["env"], e["steps"]) for e in battery["entries"]} == set(reference_pairs())
+    assert battery["id"] in (ROOT / "docs" / "benchmarks.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "quick", "words"),
+    [
+        (None, True, "no such file"),
+        ("not json", True, "not a battery file"),
+        ('{"mode": "quick"}', True, "no entries"),
+        ('{"mode": "full", "entries": []}', True, "a full battery; this one is quick"),
+        ('{"mode": "quick", "entries": [], "overrides": {"lr": 1}}', True, "modified"),
+    ],
+)
+def test_bad_baselines_are_refused_before_the_battery_runs(tmp_path, capsys, content, quick, words):
+    from backflip import cli as backflip_cli
+
+    home = tmp_path / "archive"
+    path = tmp_path / "baseline.json"
+    if content is not None:
+        path.write_text(content)
+    args = ["bench", "--only", "cem", "--baseline", str(path), "--home", str(home)]
+    code = backflip_cli.main(args[:1] + ["--quick"] * quick + args[1:])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
+    assert not home.exists() or not any(home.iterdir())

@@ -54,6 +54,17 @@ def register(sub) -> None:
         "bench/<id>.<format> in the archive)",
     )
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="compare with this battery instead of the archive's latest (a --write-baseline "
+        "file: benchmarks/battery_full.json is the battery of docs/benchmarks.md)",
+    )
+    p.add_argument(
+        "--write-baseline",
+        metavar="FILE",
+        help="also write this battery as a baseline file for later --baseline comparisons",
+    )
     add_format(p)
     add_workers(p)
     add_backend(p)
@@ -65,9 +76,16 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from backflip.config import parse_sets
-    from backflip.experiments.bench import battery_figure, format_battery, run_battery, update_docs
+    from backflip.experiments.bench import (
+        baseline_of,
+        battery_figure,
+        format_battery,
+        read_baseline,
+        run_battery,
+        update_docs,
+    )
     from backflip.plots import figure_path
-    from backflip.runs.archive import home_dir
+    from backflip.runs.archive import home_dir, write_json
     from backflip.runs.provenance import cpu_model
 
     if args.seeds < 2:
@@ -75,6 +93,9 @@ def run(args) -> int:
     check_backend(backend_of(args), backend_address(args))
     plot = figure_path(args.plot, args.format) if args.plot else None  # a bad name: before runs
     docs = check_docs(args.docs, parse_sets(args.sets)) if args.docs else None
+    baseline = read_baseline(args.baseline, args.quick) if args.baseline else None
+    if args.write_baseline:
+        check_writable(args.write_baseline, "--write-baseline", parse_sets(args.sets))
     home = home_dir(args.home, create=True)
     battery = run_battery(
         home,
@@ -86,7 +107,10 @@ def run(args) -> int:
         progress=not args.no_progress and not args.json,
         backend=backend_of(args),
         address=backend_address(args),
+        baseline=baseline,
     )
+    if args.write_baseline:
+        write_json(Path(args.write_baseline), baseline_of(battery))
     if not args.no_plot and any(a["summary"].get("n") for a in battery["across_envs"]["algos"]):
         plot = plot or figure_path(home / "bench" / battery["id"], args.format)
         battery["plot"] = str(battery_figure(battery, plot))
@@ -108,13 +132,25 @@ def run(args) -> int:
 def check_docs(path: str, overrides: dict) -> Path:
     """`--docs FILE`, checked before the battery runs: a what-if battery (`--set`) is never a
     benchmark figure, and the page must be a file that can be written."""
+    return check_writable(
+        path, "--docs", overrides, "a modified battery is never written to the docs"
+    )
+
+
+def check_writable(
+    path: str,
+    option: str,
+    overrides: dict,
+    modified: str = "a modified battery is never a baseline",
+) -> Path:
+    """A file `option` will write after the battery, checked before it runs."""
     if overrides:
-        raise UserError("--docs with --set: a modified battery is never written to the docs")
-    docs = Path(path)
-    if docs.is_dir():
-        raise UserError(f"--docs {path}: a directory, not a Markdown file")
-    if not docs.parent.is_dir():
-        raise UserError(f"--docs {path}: folder {docs.parent} does not exist")
-    if not os.access(docs if docs.exists() else docs.parent, os.W_OK):
-        raise UserError(f"--docs {path}: not writable")
-    return docs
+        raise UserError(f"{option} with --set: {modified}")
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"{option} {path}: a directory, not a file")
+    if not out.parent.is_dir():
+        raise UserError(f"{option} {path}: folder {out.parent} does not exist")
+    if not os.access(out if out.exists() else out.parent, os.W_OK):
+        raise UserError(f"{option} {path}: not writable")
+    return out

@@ -23,6 +23,7 @@ table and its figure (`<archive>/bench/<id>.<png|svg|pdf>`).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -91,6 +92,41 @@ def previous_battery(home: Path, mode: str, before: str) -> dict | None:
     return candidates[-1] if candidates else None
 
 
+BASELINE_KEYS = ("id", "mode", "seeds", "overrides", "commit", "dirty", "wall_s", "entries")
+
+
+def baseline_of(battery: dict) -> dict:
+    """What a later battery is compared with (`--write-baseline FILE`): the battery without its
+    figures' data, each entry without its own comparison; small enough to commit beside the
+    docs whose table it made (`benchmarks/battery_full.json`)."""
+    keep = ("algo", "env", "steps", "run", "status", "finals", "summary", "sps")
+    out = {k: battery.get(k) for k in BASELINE_KEYS}
+    out["entries"] = [{k: e.get(k) for k in keep} for e in battery["entries"]]
+    return out
+
+
+def read_baseline(path: Path, quick: bool) -> dict:
+    """`--baseline FILE`: a battery (a `--write-baseline` file, or one of the archive's
+    `bench/<id>.json`) of the mode about to run, checked before any run starts."""
+    mode = "quick" if quick else "full"
+    try:
+        battery = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"--baseline {path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"--baseline {path}: not a battery file ({e})") from None
+    if not isinstance(battery, dict) or not isinstance(battery.get("entries"), list):
+        raise UserError(f"--baseline {path}: not a battery file (no entries)")
+    if battery.get("mode") != mode:
+        raise UserError(
+            f"--baseline {path}: a {battery.get('mode')} battery; this one is {mode} "
+            f"({'drop' if quick else 'add'} --quick, or another file)"
+        )
+    if battery.get("overrides"):
+        raise UserError(f"--baseline {path}: a modified (--set) battery is never a baseline")
+    return battery
+
+
 def judge(old: list, new: list) -> dict:
     """Regression / improvement / no change for one (algo, env) pair."""
     old = [x for x in old if x is not None]
@@ -116,7 +152,10 @@ def run_battery(
     progress=True,
     backend="local",
     address=None,
+    baseline: dict | None = None,
 ) -> dict:
+    """Run the battery and compare it with `baseline` (`read_baseline`) or, without one, with
+    the archive's latest battery of the same mode; stored in `<home>/bench/<id>.json`."""
     # torch and the live doctor (scipy) only when runs are launched, not to plan or report
     from backflip.launch import launch_runs
 
@@ -181,7 +220,7 @@ def run_battery(
             for (a, e, _), c, r in zip(pairs, cfgs, records, strict=True)
         ],
     }
-    prev = previous_battery(home, mode, bid)
+    prev = baseline if baseline is not None else previous_battery(home, mode, bid)
     battery["previous"] = prev["id"] if prev else None
     for entry in battery["entries"]:
         old = _find(prev, entry) if prev else None
