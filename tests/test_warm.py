@@ -200,3 +200,27 @@ def test_a_server_that_ended_before_it_was_ready_is_started_again(tmp_path, monk
     finally:
         warm.stop(second.address)
         shutil.rmtree(warm.folder(), ignore_errors=True)
+
+
+def test_a_poll_inside_a_poll_leaves_the_read_to_the_outer_one(monkeypatch):
+    """Ctrl-C's handler asks `is_alive` of every seed; when it lands while the launcher's own
+    poll reads or closes a seed's socket, the inner poll must not touch the socket (the CI saw
+    it select on a socket being closed: a traceback instead of `interrupted`)."""
+    import socket
+
+    ours, server = socket.socketpair()
+    proc = warm.WarmProcess.__new__(warm.WarmProcess)
+    proc.exitcode, proc.pid, proc._sock, proc._gone = None, os.getpid(), ours, False
+    proc._polling = False
+    warm._send(server, {"exitcode": 0})
+    real, inner = warm._recv, []
+
+    def read_interrupted(sock):
+        inner.append(proc.is_alive())  # the handler, between two bytecodes of the read
+        return real(sock)
+
+    monkeypatch.setattr(warm, "_recv", read_interrupted)
+    assert not proc.is_alive() and proc.exitcode == 0
+    assert inner == [True]  # the inner poll said "still running" and read nothing
+    assert ours.fileno() == -1 and proc._sock is None
+    server.close()

@@ -63,12 +63,12 @@ def run_jobs_local(
         if stopping:
             for proc, _ in active.values():
                 if proc.pid and proc.is_alive():
-                    os.kill(proc.pid, signal.SIGINT)
+                    _signal(proc.pid, signal.SIGINT)
             return
         stopping = True
         for proc, _ in active.values():  # forward: the terminal may not have signalled them
             if proc.pid and proc.is_alive():
-                os.kill(proc.pid, signal.SIGTERM)
+                _signal(proc.pid, signal.SIGTERM)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -111,3 +111,11 @@ def run_jobs_local(
         for s, handler in old.items():
             signal.signal(s, handler)
     return done
+
+
+def _signal(pid: int, signum: int) -> None:
+    """Send `signum` to a seed that may have ended since it was last seen alive."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass

@@ -338,6 +338,7 @@ class WarmProcess:
     def __init__(self, server: Server, target, job, conn_fd: int):
         self.exitcode: int | None = None
         self.pid, self._sock, self._gone = None, None, False
+        self._polling = False  # a poll under way (a signal handler may poll inside it)
         request = {
             "kind": "seed",
             "target": (target.__module__, target.__qualname__),
@@ -380,9 +381,19 @@ class WarmProcess:
     def _poll(self, timeout: float) -> None:
         """Take the exit code if the server sent it within `timeout` seconds. If the server is
         gone (killed), the seed is followed by its pid: alive while it exists (its exit code is
-        then unknown; its status.json has its outcome)."""
-        if self.exitcode is not None or self._gone:
+        then unknown; its status.json has its outcome). A poll inside a poll — Ctrl-C's handler
+        asking `is_alive` while the launcher's loop reads or closes the socket — returns at once:
+        the outer one finishes the read (the CI once saw the inner one select on the socket
+        being closed)."""
+        if self.exitcode is not None or self._gone or self._polling:
             return
+        self._polling = True
+        try:
+            self._poll_once(timeout)
+        finally:
+            self._polling = False
+
+    def _poll_once(self, timeout: float) -> None:
         if self._sock is None:
             if not pid_alive(self.pid):
                 self._gone = True
@@ -392,15 +403,16 @@ class WarmProcess:
         ready, _, _ = select.select([self._sock], [], [], timeout)
         if not ready:
             return
-        self._sock.settimeout(10)
+        sock = self._sock
+        sock.settimeout(10)
         try:
-            msg = _recv(self._sock)
+            msg = _recv(sock)
         except OSError:
             msg = None
-        self._sock.close()
-        self._sock = None
         if msg is not None and "exitcode" in msg:
             self.exitcode = msg["exitcode"]
+        self._sock = None
+        sock.close()
 
     def is_alive(self) -> bool:
         self._poll(0.0)
