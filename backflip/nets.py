@@ -531,9 +531,8 @@ class FlatParams:
 
     def adam_step(self, opt: torch.optim.Adam) -> None:
         """`opt.step()`: for a fused Adam over `[self.param]` on the fast path, the same kernels
-        without torch.optim's Python around them, bit for bit (`fastpath.adam_step`)."""
-        if not fastpath.adam_step(opt, [self.param], [self.grad]):
-            opt.step()
+        without torch.optim's Python around them, bit for bit (`adam_step`)."""
+        adam_step(opt)
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """`nn.utils.clip_grad_norm_(params, max_norm)`: returns the global gradient norm and

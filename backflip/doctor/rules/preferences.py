@@ -420,8 +420,8 @@ def labels_ends_unseen(d: RunData):
     (_, terminations), (_, f) = finite(ends), finite(frac)
     if not (len(shown) and len(labeled) and len(terminations) and len(f) >= 4):
         return None
-    random = d.get("prefs/random_ends")
-    random_ends = float(finite(random)[1][-1]) if random and len(finite(random)[1]) else 0.0
+    random = finite(d.get("prefs/random_ends") or (np.zeros(0), np.zeros(0)))[1]
+    random_ends = float(random[-1]) if len(random) else 0.0
     can_end = terminations[-1] >= 1 or random_ends >= 1 or labeled[-1] >= 1
     if shown[-1] < 100 or not can_end or labeled[-1] >= 0.01 * shown[-1]:
         return None
