@@ -259,6 +259,11 @@ class PrefsConfig:
     random_envs: int = 8
     """env copies for the random policy that provides the initial segments (each starts from
     its own reset: more copies spread the first clips over more of the state space)"""
+    explore_steps: int = 0
+    """agent steps the policy first spends paid only for reaching observations unlike the recent
+    ones (a state-entropy bonus: PEBBLE's unsupervised pre-training); the initial labels are
+    then asked on its clips and the random policy's, and the policy goes on from where
+    exploration left it (0: none; docs/preferences.md, "Exploration before the labels")"""
     error_rate: float = 0.0
     """synthetic labeler: probability of a uniformly random answer (a flip with half of it)"""
     teacher_beta: float | None = None
@@ -564,6 +569,7 @@ DOMAINS: dict[str, Domain] = {
     "prefs.round_updates": COUNT,
     "prefs.tick_steps": COUNT,
     "prefs.random_envs": Domain(1, 4096),
+    "prefs.explore_steps": Domain(0, 10**12),
     "prefs.error_rate": UNIT,
     "prefs.teacher_beta": POSITIVE,  # unset (none): perfectly rational
     "prefs.teacher_gamma": DISCOUNT,

@@ -172,6 +172,12 @@ def schedule_line(cfg) -> str:
     if p.stage == "policy" or not p.labels:
         return "labels: none asked (a frozen reward model)" if p.stage == "policy" else ""
     first = p.labels if p.stage == "gather" else round(p.labels * p.initial_frac)
+    when = "before the policy starts"
+    if p.explore_steps and p.stage == "full":
+        when = (
+            f"after the policy's first {p.explore_steps:,} steps, paid for reaching new "
+            "observations (prefs.explore_steps)"
+        )
     who = "a person" if p.labeler == "human" else f"the {p.labeler} labeler"
     if p.teacher_from:
         person = p.teacher_from.partition("/")[2]
@@ -183,7 +189,7 @@ def schedule_line(cfg) -> str:
         f"{round(p.label_until * cfg.steps):,} of its {cfg.steps:,} steps"
     )
     return (
-        f"labels: {p.labels:,} asked of {who}: {first:,} before the policy starts{rest} (the "
+        f"labels: {p.labels:,} asked of {who}: {first:,} {when}{rest} (the "
         "paper asked ~5,500 over 10M Atari steps, 700 on MuJoCo)"
     )
 
@@ -282,6 +288,17 @@ def check_terminal(cfg) -> None:
         )
 
 
+def check_explore(cfg) -> None:
+    """Exploration ends before the labels' schedule does, with steps left to learn from them."""
+    p = cfg.prefs
+    if p.explore_steps and p.stage == "full" and p.explore_steps >= p.label_until * cfg.steps:
+        raise UserError(
+            f"prefs.explore_steps={p.explore_steps:,} leaves no steps for the labels: they are "
+            f"all due by {round(p.label_until * cfg.steps):,} of the {cfg.steps:,} steps "
+            "(prefs.label_until); explore for fewer steps"
+        )
+
+
 def fix_horizon(cfg, facts, notes: list[str] | None):
     """`prefs.horizon=auto` made concrete (restart), checked against the env (a fixed horizon
     needs a time limit), and said in one line; the CNNs checked against the frames."""
@@ -300,6 +317,7 @@ def fix_horizon(cfg, facts, notes: list[str] | None):
         )
     if treatment == "terminal":
         check_terminal(cfg)
+    check_explore(cfg)
     from backflip.commands.train import check_cnns
     from backflip.prefs.derive import check_action_input
 

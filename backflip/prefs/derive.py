@@ -26,6 +26,9 @@ LABELS_MIN, LABELS_MAX = 100, 1000  # ... within these (the paper's MuJoCo runs:
 # the reward model's CNN on frames at least this large: keypoints (MovingDot84 and Pong learned
 # from coordinates, not from the paper's flattened features); smaller ones get the small CNN
 KEYPOINTS_FROM = 36
+# an env whose end a random policy reaches in some but at most half of its episodes explores
+# for this share of the budget first (`prefs.explore_steps`, prefs/explore.py)
+EXPLORE_FRAC = 0.1
 
 
 @dataclass
@@ -54,10 +57,13 @@ class EnvFacts:
 
 def look(env_id: str, opts, seed: int = 0) -> EnvFacts:
     """Spaces, time limit and a random policy's episodes (up to `PROBE_EPISODES` of them, or
-    `PROBE_STEPS` steps) on one copy of the env as the run will see it."""
+    `PROBE_STEPS` steps) on one copy of the env as the run will see it (an env without a time
+    limit: its episodes cut at `DEFAULT_HORIZON`, the one the run will give it)."""
     from backflip.envs import episode_limit, make_env
 
     env = make_env(env_id, opts)
+    limit = episode_limit(env_id, opts)
+    cap = DEFAULT_HORIZON if limit is None else None  # as the run will cut its episodes
     try:
         obs_shape = tuple(env.observation_space.shape)
         action_space = env.action_space
@@ -70,7 +76,7 @@ def look(env_id: str, opts, seed: int = 0) -> EnvFacts:
             _, _, term, trunc, _ = env.step(env.action_space.sample())
             steps += 1
             length += 1
-            if term or trunc:
+            if term or trunc or length == cap:
                 episodes += 1
                 terminated += bool(term)
                 lengths.append(length)
@@ -84,7 +90,7 @@ def look(env_id: str, opts, seed: int = 0) -> EnvFacts:
         obs_shape=obs_shape,
         discrete=discrete,
         action_space=str(action_space),
-        time_limit=episode_limit(env_id, opts),
+        time_limit=limit,
         episodes=episodes,
         terminated=terminated,
         mean_length=float(np.mean(lengths)) if lengths else math.nan,
@@ -126,6 +132,14 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
         "disagreement",
         "queries by the ensemble's disagreement (the presets' choice, docs/preferences.md)",
     )
+    if 0 < facts.terminated <= facts.episodes / 2:
+        out["prefs.explore_steps"] = (
+            round(steps * EXPLORE_FRAC),
+            f"a random policy reached the env's end in {facts.terminated} of {facts.episodes} "
+            f"episodes: its clips would seldom show it (CliffWalking's goal); the first "
+            f"{EXPLORE_FRAC:.0%} of the steps explore (paid for new observations) before the "
+            "first labels",
+        )
     if facts.image:
         side = min(facts.obs_shape[1:])
         cnn = "keypoints" if side >= KEYPOINTS_FROM else "small"
@@ -182,6 +196,7 @@ DERIVED_KEYS = (
     "prefs.initial_frac",
     "prefs.random_envs",
     "prefs.selection",
+    "prefs.explore_steps",
     "prefs.cnn",
     "prefs.action_input",
 )

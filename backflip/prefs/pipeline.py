@@ -89,6 +89,7 @@ from backflip.runs.archive import save_torch
 from backflip.runs.layout import PREFS_DB, REWARD_MODEL, seed_dir
 
 INITIAL_LABELS = "initial labels"
+EXPLORING = "exploring before the first labels"
 # segment_corr: over the policy's last this many segments (Pong: ~25k agent steps)
 SEGMENT_CORR_WINDOW = 1000
 PROGRESS_EVERY_S = 2.0  # a long phase's progress goes to the seed's status at most this often
@@ -216,6 +217,11 @@ class Pipeline:
         self._waiting_for: int | None = None  # labels the seed waits for, as last announced
         self._phase: tuple[str, float, int] | None = None  # long phase: name, start, done then
         self._phase_said = 0.0  # when its progress was last announced
+        # prefs.explore_steps: the policy's first steps on a novelty bonus, the initial labels
+        # asked when they end (`end_exploration`)
+        self.exploring = False
+        self.initial_target = 0
+        self.bonus = None
 
     def close(self) -> None:
         self.stop_worker()
@@ -261,9 +267,14 @@ class Pipeline:
                 **{"prefs/random_steps": float(steps), "prefs/random_ends": float(ends)}
             )
             target = max(initial, have)
-            self.schedule = LabelSchedule(target, target, 1)
             self.asked = have
-            self.wait_for_labels(target)
+            # exploration first (a seed that has labels, resumed or imported, goes on from them)
+            self.exploring = pcfg.stage == "full" and pcfg.explore_steps > 0 and have == 0
+            if self.exploring:
+                self.initial_target = target
+            else:
+                self.schedule = LabelSchedule(target, target, 1)
+                self.wait_for_labels(target)
         elif pcfg.stage == "pretrain" or (pcfg.stage == "full" and self.frozen):
             # no random rollouts: calibrate on the labeled segments themselves
             for _, left, right, _ in self.db.labels():
@@ -352,7 +363,7 @@ class Pipeline:
             if time.monotonic() - last_row > 2.0:  # the labels so far, for the UI's charts
                 last_row = time.monotonic()
                 self.publish()
-                self.run.log(0)
+                self.run.log(self.step)
             time.sleep(0.1)
         if self.human:
             self.announce_wait(None)
@@ -365,6 +376,8 @@ class Pipeline:
         """`pretrain_updates` reward-model updates on the labels so far, in rounds, then the
         model is saved (a `gather`/`pretrain` run ends here)."""
         pcfg = self.cfg
+        if self.exploring:  # no labels yet: the model is trained when exploration ends
+            return
         if not self.frozen and pcfg.stage in ("full", "pretrain"):
             total, phase = pcfg.pretrain_updates, "pretraining the reward model"
             done = 0
@@ -382,7 +395,7 @@ class Pipeline:
                 self.train_round(n, one_update, stopped=lambda: self.run.stopping)
                 left -= n
                 self.publish()
-                self.run.log(0)
+                self.run.log(self.step)
             self.save_model()
         self.end_phase()
         if self.run.stopping:
@@ -402,18 +415,24 @@ class Pipeline:
         from backflip.prefs.wrapper import LearnedReward
 
         pcfg, run = self.cfg, self.run
-        until = int(self.steps * pcfg.label_until)
-        self.schedule = LabelSchedule(pcfg.labels, self.n_answered(), until, pcfg.label_decay)
-        self.asked = self.n_answered()
         self.updates_done = 0
         self.relabeled_version = self.model_version  # the replay buffers start empty
+        if self.exploring:  # no label falls due before exploration ends
+            from backflip.prefs.explore import NoveltyBonus
+
+            self.schedule = LabelSchedule(0, 0, 1)
+            self.bonus = NoveltyBonus(self.model.normalize_obs, pcfg.reward_std)
+            self.next_tick = pcfg.explore_steps
+        else:
+            self.labels_from_here()
 
         def learned_reward(envs):
             self.recorder = SegmentRecorder(envs.num_envs, pcfg.segment_length)
             self.episode_reset()
             return LearnedReward(envs, self)
 
-        self.start_worker()
+        if not self.exploring:
+            self.start_worker()
         with run.training_envs(copy=self.wrap, vector=learned_reward, render_mode=self.render_mode):
             spec.train(run.cfg.hp, run)
         self.finish_job()  # pipelined: the last tick's training, whole, installed
@@ -427,6 +446,33 @@ class Pipeline:
         run.keep(labels=self.db.counts()["labeled"])
         if not self.frozen:
             self.save_model()
+
+    def labels_from_here(self) -> None:
+        """The schedule of the labels still to ask while the policy trains: all of them due by
+        `label_until` of the budget."""
+        pcfg = self.cfg
+        until = int(self.steps * pcfg.label_until)
+        self.schedule = LabelSchedule(pcfg.labels, self.n_answered(), until, pcfg.label_decay)
+        self.asked = self.n_answered()
+
+    def end_exploration(self) -> None:
+        """`prefs.explore_steps` are done: the initial labels, asked on the clips in the store
+        (the random policy's and the exploring policy's), the reward model's pretraining, and
+        from the next step on the policy's reward is r̂ (a replay buffer is relabeled with it)."""
+        self.end_phase()
+        self.exploring = False
+        self.finished.clear()  # its episodes were paid the bonus, not r̂
+        self.schedule = LabelSchedule(self.initial_target, self.initial_target, 1)
+        self.asked = self.n_answered()
+        self.wait_for_labels(self.initial_target)
+        if self.run.stopping:
+            return
+        with torch.inference_mode(False), torch.enable_grad():
+            self.pretrain()
+        self.labels_from_here()
+        self.updates_done = int(self.cfg.rm_updates_per_kstep * self.step / 1000)
+        self.next_tick = self.step + self.cfg.tick_steps
+        self.start_worker()
 
     def episode_reset(self) -> None:
         n = len(self.recorder.buf)
@@ -447,7 +493,8 @@ class Pipeline:
                 obs, actions, true_reward, valid, done, self.step, reward, absorbing, frames
             )
             if segs:
-                self.paid.extend((seg.predicted, seg.true_return) for seg in segs)
+                if not self.exploring:  # what r̂ paid (the bonus says nothing of the task)
+                    self.paid.extend((seg.predicted, seg.true_return) for seg in segs)
                 with self.lock:
                     self.store.add(segs)
                     if not self.frozen:
@@ -468,6 +515,15 @@ class Pipeline:
             self.ep_pred[i] = self.ep_true[i] = self.ep_len[i] = 0.0
         if self.worker_error is not None:
             raise RuntimeError("the preference worker thread failed") from self.worker_error
+        if self.exploring:
+            self.progress(
+                EXPLORING, min(self.step, self.cfg.explore_steps), self.cfg.explore_steps, "steps"
+            )
+            if self.step >= self.cfg.explore_steps:
+                self.end_exploration()
+            elif time.monotonic() - self._last_publish > self.cfg.log_every_s:
+                self.publish()
+            return
         if self.cfg.relabel and self.model_version != self.relabeled_version:
             self.relabel_replay()
         # the person's pace bounds the policy's (`answered` is refreshed before pausing)
@@ -571,6 +627,8 @@ class Pipeline:
         """The policy's reward for taking `actions` in `obs` and reaching `next_obs` (either of
         them the absorbing state where `absorbing`, `absorbing_next` say so)."""
         with self.run.tel.timer("prefs_reward"):
+            if self.exploring:  # a step taken in the absorbing state reaches nothing new
+                return self.bonus(next_obs, absorbing)
             return policy_reward(
                 self.snap,
                 self.cfg.reward_input,

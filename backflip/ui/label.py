@@ -106,8 +106,9 @@ class SeedLabeling:
             )
         elif state == "waiting":
             text = f"{status_text(st).replace('waiting for', 'waiting for you: give')} to go on ({where})"
-        elif state == "running" and st.get("phase"):
-            text = f"{status_text(st)}: before the policy trains ({where})"
+        elif state == "running" and st.get("phase"):  # exploring first: the policy has stepped
+            before = ": before the policy trains" if step == 0 else ""
+            text = f"{status_text(st)}{before} ({where})"
         elif state == "running":
             text = f"training ({where}); your answers are used as they arrive"
         elif state == "finished":

@@ -270,7 +270,8 @@ def labels_one_sided(d: RunData):
     "paid the same for every step, and explores on its own); or a labeler who cannot tell the "
     "clips apart",
     check_next="prefs/labeled_gains and labeled_losses; exploration that reaches the reward "
-    "(an entropy bonus, more random clips: prefs.random_envs, prefs.initial_frac); a denser "
+    "(prefs.explore_steps before the first labels, an entropy bonus, more random clips: "
+    "prefs.random_envs, prefs.initial_frac); a denser "
     "task, or a person who can say which clip came nearer",
     source="Christiano et al. 2017 (labels carry information only where clips differ); "
     "docs/preferences.md",
@@ -403,9 +404,10 @@ def prefs_failures_persist(d: RunData):
     "and neither reaches it (CliffWalking: 1 of ~680 labeled segments ended, every seed's "
     "greedy policy walked the 1,000 steps without reaching the goal or falling)",
     check_next="prefs/labeled_ends against prefs/labeled_segments; clips that reach the end: "
-    "more random clips first (prefs.random_envs, prefs.initial_frac, a larger "
-    "prefs.store_size), an entropy bonus that lasts, or a person who can say which clip came "
-    "nearer; backflip prefs check-reward RUN --policy RUN2 with a policy that reaches it",
+    "exploration before the first labels (prefs.explore_steps: CliffWalking -13, the shortest "
+    "path, on 4 of 4 seeds with a tenth of the budget), more random clips first "
+    "(prefs.random_envs, prefs.initial_frac, a larger prefs.store_size), or a person who can "
+    "say which clip came nearer; backflip prefs check-reward RUN --policy RUN2 with a policy that reaches it",
     source=f"{KOSTRIKOV}; Christiano et al. 2017 (the reward model learns only what its clips "
     "show); docs/preferences.md",
 )
