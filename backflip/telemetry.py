@@ -37,7 +37,7 @@ import google_crc32c
 import numpy as np
 import psutil
 
-from backflip.runs.layout import EPISODES, METRICS, TENSORBOARD
+from backflip.runs.layout import EPISODES, METRICS, TENSORBOARD, TRUE_EPISODES
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0  # /proc/self/statm's unit
 REDUCE_AT = 256  # values stored per key before they are folded into a running (sum, count, max)
@@ -213,6 +213,8 @@ class Telemetry:
         self.rows_written = 0
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self._csv = self._episodes_csv = self._tb = None
+        self._true_csv: AppendFile | None = None  # a preference run's, at its first episode
+        self._append = append
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             # whole rows only, even on a full disk (AppendFile)
@@ -291,6 +293,17 @@ class Telemetry:
         self.n_episodes += 1
         if self._episodes_csv is not None:  # written with the next metrics row
             self._episodes_csv.add(f"{step},{float(ret)!r},{int(length)}\r\n".encode())
+
+    def true_episode(self, step: int, ret: float, length: int) -> None:
+        """Record one finished training episode's return on the task's reward, where the
+        algorithm trains on another (a preference run: `episodes.csv` holds r̂ there)."""
+        if self.out_dir is None:
+            return
+        if self._true_csv is None:
+            self._true_csv = AppendFile(self.out_dir / TRUE_EPISODES, self._append)
+            if self._true_csv.good == 0:
+                self._true_csv.add(b"step,return,length\r\n")
+        self._true_csv.add(f"{step},{float(ret)!r},{int(length)}\r\n".encode())
 
     # -- resume ------------------------------------------------------------------------------
 
@@ -419,6 +432,8 @@ class Telemetry:
         # hand every row to the OS at once (survives the process being killed); fsync now and then
         self._csv.write()
         self._episodes_csv.write()
+        if self._true_csv is not None:
+            self._true_csv.write()
         if time.monotonic() - self._last_flush > 5.0:
             self.flush()
 
@@ -427,6 +442,8 @@ class Telemetry:
             return
         self._csv.write()
         self._episodes_csv.write()
+        if self._true_csv is not None:
+            self._true_csv.write()
         self._csv.fsync()
         if self._tb is not None:
             self._tb.flush()
@@ -446,7 +463,9 @@ class Telemetry:
             self._statm = None
         if self._csv is None:
             return
-        files = [f for f in (self._csv, self._episodes_csv, self._tb) if f is not None]
+        files = [
+            f for f in (self._csv, self._episodes_csv, self._true_csv, self._tb) if f is not None
+        ]
         self._csv = None
         try:
             for f in files:  # metrics first: a row with its episodes
@@ -504,7 +523,11 @@ def truncate_logs(folder: str | Path, step: int, rows_until: int | None = None) 
     `rows_until` (default `step`) keeps fewer metric rows: an interrupted seed flushes what it
     stored since its last regular row as one extra row, which its checkpoint keeps un-flushed;
     the resumed seed writes that row again on its regular schedule."""
-    limits = {METRICS: step if rows_until is None else rows_until, EPISODES: step}
+    limits = {
+        METRICS: step if rows_until is None else rows_until,
+        EPISODES: step,
+        TRUE_EPISODES: step,
+    }
     for name, limit in limits.items():
         path = Path(folder) / name
         if not path.exists():

@@ -244,6 +244,39 @@ def test_progress_on_episodes_and_on_a_logged_mean():
     assert not progress(data(rollout__ep_return_mean=flat_returns())).improved
 
 
+def test_a_tail_of_early_failures_does_not_hide_that_they_are_gone():
+    """CliffWalking from preferences: most early episodes already take the shortest path (-13),
+    a tail of them walk until the time limit (-1,000) or fall; late every episode is -13. The
+    early standard deviation (~200) is the tail itself; the gate on the mean uses the
+    interquartile range (a normal's standard deviation for normal returns) and the run has
+    improved. A flat run with such a tail has not."""
+    steps = np.arange(1, 2001) * 50
+    early = np.where(rng.random(2000) < 0.05, -1000.0, -13.0) - rng.integers(0, 3, 2000) * 2
+    cured = np.where(steps <= 15_000, early, -13.0)
+    run = RunData("s", {}, episodes=(steps, cured, np.ones(2000)), budget=100_000)
+    p = progress(run)
+    assert p.basis == "episodes" and p.noise > 150 and p.improved
+    assert not progress(
+        RunData("s", {}, episodes=(steps, early, np.ones(2000)), budget=100_000)
+    ).improved
+
+
+def test_a_preference_run_is_judged_on_its_true_episodes():
+    """A preference run's episodes.csv holds r̂; its true_episodes.csv the task's return, which
+    the return rules read episode by episode (Mann–Whitney), as on an ordinary run."""
+    steps = np.arange(1, 2001) * 30
+    learned = (steps, rng.normal(0, 1, 2000), np.ones(2000))  # r̂: standardized, flat
+    true = (steps, np.linspace(20, 500, 2000), np.ones(2000))
+    rows = {"prefs/true_return_mean": (STEPS, np.full(N, 22.0))}  # a window that says nothing
+    run = RunData("s", rows, episodes=learned, true_episodes=true, budget=60_000)
+    run.learned_reward = True
+    p = progress(run)
+    assert p.basis == "episodes" and p.improved and p.metric == "true_episodes.csv"
+    no_file = RunData("s", rows, episodes=learned, budget=60_000)
+    no_file.learned_reward = True
+    assert progress(no_file).basis == "series" and not progress(no_file).improved
+
+
 def test_still_improving_names_a_budget_that_ended_mid_rise():
     """`still-improving` (info): the last 20% of training beats the 20% before it on a finished
     run that has not reached the env's threshold; quiet on a plateau, on a solved task, and while

@@ -1287,3 +1287,28 @@ def test_the_reward_scale_holds_when_the_policy_is_good(tmp_path):
     assert (model.out_std == model.min_std).all()  # recent experience alone: the floor
     assert (mixed > 5 * model.min_std).all()
     pipe.close()
+
+
+def test_the_true_return_of_each_episode_is_kept_beside_the_learned_one(tmp_path):
+    """A preference run's episodes.csv holds r̂; `true_episode` keeps the task's return episode
+    by episode in true_episodes.csv (what the doctor reads), written with the metric rows and
+    cut with them before a resume."""
+    from backflip.runs.layout import TRUE_EPISODES
+    from backflip.telemetry import Telemetry, read_episodes, truncate_logs
+
+    tel = Telemetry(tmp_path, tensorboard=False)
+    tel.episode(100, 0.5, 100)
+    for step, ret in ((100, -1000.0), (150, -13.0), (300, -15.0)):
+        tel.true_episode(step, ret, 20)
+    tel.log(x=1.0)
+    tel.dump(300)
+    tel.close()
+    steps, rets, _ = read_episodes(tmp_path / TRUE_EPISODES)
+    assert steps.tolist() == [100, 150, 300] and rets.tolist() == [-1000.0, -13.0, -15.0]
+    assert read_episodes(tmp_path / "episodes.csv")[1].tolist() == [0.5]
+    truncate_logs(tmp_path, 200)
+    assert read_episodes(tmp_path / TRUE_EPISODES)[0].tolist() == [100, 150]
+    plain = Telemetry(tmp_path / "plain", tensorboard=False)  # an ordinary run has none
+    plain.dump(1)
+    plain.close()
+    assert not (tmp_path / "plain" / TRUE_EPISODES).exists()

@@ -65,6 +65,11 @@ def test_the_first_labels_are_asked_when_exploration_ends(cli):
     for name in ("reward_model/train_loss", "eval/return_mean", "prefs/labels"):
         assert np.array_equal(a[name][1], b[name][1]), name
     assert a["reward_model/train_loss"][0][0] >= 4096  # the model trains after exploration
+    # the task's return of every training episode, for the doctor (episodes.csv holds r̂)
+    from backflip.telemetry import read_episodes
+
+    _, rets, _ = read_episodes(f"{folder}/true_episodes.csv")
+    assert len(rets) > 5 and np.all(rets <= -13) and np.all(rets == np.round(rets))
 
 
 def test_exploration_that_leaves_no_steps_for_the_labels_is_refused(cli):

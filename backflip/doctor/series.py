@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backflip.returns import EVAL_RETURN, LEARNED_NOTE, TRAINING_RETURN, TRUE_RETURN
-from backflip.runs.layout import EPISODES
+from backflip.runs.layout import EPISODES, TRUE_EPISODES
 from backflip.stats import scipy_stats
 
 Series = tuple[np.ndarray, np.ndarray]  # (steps, values)
@@ -33,28 +33,31 @@ class Returns:
     """a windowed mean of episode returns (the series every return rule can read)"""
     max: str | None
     """the window's maximum, when logged"""
-    episodes: bool
-    """whether `RunData.episodes` holds these returns, episode by episode"""
+    episodes: str | None
+    """the `RunData` field holding these returns episode by episode (`RunData.episodes_of`):
+    episodes (episodes.csv), true_episodes (a preference run's true_episodes.csv), or None"""
     name: str
     """how messages call them: 'return', 'true return (prefs/true_return_mean)'"""
     rewards: str
     """how messages call the per-step rewards behind them (plural)"""
 
 
-TASK_RETURNS = Returns(TRAINING_RETURN, "rollout/ep_return_max", True, "return", "rewards")
+TASK_RETURNS = Returns(TRAINING_RETURN, "rollout/ep_return_max", "episodes", "return", "rewards")
 """an ordinary run: the algorithm trains on the task's reward"""
 LEARNED_RETURNS = Returns(
     TRAINING_RETURN,
     "rollout/ep_return_max",
-    True,
+    "episodes",
     f"learned-reward return ({TRAINING_RETURN}: {LEARNED_NOTE})",
     "learned rewards (r̂)",
 )
 """a preference run's training returns: what the algorithm saw (episodes.csv holds these too)"""
-TRUE_RETURNS = Returns(TRUE_RETURN, None, False, f"true return ({TRUE_RETURN})", "true rewards")
+TRUE_RETURNS = Returns(
+    TRUE_RETURN, None, "true_episodes", f"true return ({TRUE_RETURN})", "true rewards"
+)
 """a preference run's true return of training episodes"""
 EVAL_RETURNS = Returns(
-    EVAL_RETURN, "eval/return_max", False, f"true return ({EVAL_RETURN}, greedy)", "true rewards"
+    EVAL_RETURN, "eval/return_max", None, f"true return ({EVAL_RETURN}, greedy)", "true rewards"
 )
 """a preference run without prefs/true_return_mean: its greedy evaluations"""
 
@@ -69,6 +72,8 @@ class RunData:
     """backflip metric name -> (env steps, values), in step order"""
     episodes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     """every finished training episode: (step, return, length), when the writer kept them"""
+    true_episodes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    """a preference run's training episodes on the task's reward (`episodes` holds r̂ there)"""
     source: str = "backflip"
     """backflip, sb3 or cleanrl"""
     algo: str | None = None
@@ -92,6 +97,10 @@ class RunData:
         """A series with at least one point, or None."""
         s = self.metrics.get(name)
         return s if s is not None and len(s[0]) else None
+
+    def episodes_of(self, r: Returns) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The episodes (step, return, length) behind returns `r`, when the writer kept them."""
+        return getattr(self, r.episodes) if r.episodes else None
 
     def find(self, pattern: str) -> str | None:
         """The first metric name matching a regular expression (searched in sorted order)."""
@@ -252,16 +261,17 @@ def progress(d: RunData, returns: Returns | None = None) -> Progress | None:
 
     `returns` defaults to the run's task return (`RunData.returns`: the true return on a
     preference run). With per-episode returns (backflip, CleanRL) "improved" means a one-sided
-    Mann–Whitney test finds late returns larger (p < 0.01) by at least a fifth of the early
-    spread. With only a logged rolling mean (Stable-Baselines3's ep_rew_mean over 100 episodes,
+    Mann–Whitney test finds late returns larger (p < 0.01) and their mean larger by at least a
+    fifth of the early spread (the interquartile range over 1.349: a normal's standard
+    deviation, unmoved by a tail of failed episodes). With only a logged rolling mean (Stable-Baselines3's ep_rew_mean over 100 episodes,
     a preference run's prefs/true_return_mean over 20) it means the late mean exceeds the early
     one by 3 standard deviations of the early window's values around their linear trend, and by
     at least 5% of the early value's magnitude.
     """
     r = returns or d.returns
     end = d.horizon
-    if r.episodes and d.episodes is not None and len(d.episodes[0]) >= 20:
-        steps, rets, _ = d.episodes
+    if (eps := d.episodes_of(r)) is not None and len(eps[0]) >= 20:
+        steps, rets, _ = eps
         ok = np.isfinite(rets)
         steps, rets = steps[ok], rets[ok]
         if len(rets) < 20:
@@ -271,8 +281,12 @@ def progress(d: RunData, returns: Returns | None = None) -> Progress | None:
         early, late = rets[:n_early], rets[-n_late:]
         rest = rets[n_early:]
         noise = float(np.std(early))
+        # the early spread as a normal's standard deviation from the interquartile range: a
+        # tail of failures among the early episodes (CliffWalking's -1,000 walks beside -13s)
+        # must not hide that they are gone late
+        q1, q3 = np.quantile(early, [0.25, 0.75])
         improved = False
-        if late.mean() > early.mean() + 0.2 * noise:
+        if late.mean() > early.mean() + 0.2 * float(q3 - q1) / 1.349:
             try:
                 p = scipy_stats().mannwhitneyu(late, early, alternative="greater").pvalue
             except ValueError:  # every value identical
@@ -288,7 +302,7 @@ def progress(d: RunData, returns: Returns | None = None) -> Progress | None:
             "episodes",
             int(steps[-1]),
             r.name,
-            EPISODES,
+            TRUE_EPISODES if r.episodes == "true_episodes" else EPISODES,
         )
     s = d.get(r.mean)
     if s is None:

@@ -43,7 +43,7 @@ import numpy as np
 from backflip.doctor.series import RunData
 from backflip.errors import UserError
 from backflip.returns import is_preference_run
-from backflip.runs.layout import EPISODES, METRICS, RUN_JSON, STATUS
+from backflip.runs.layout import EPISODES, METRICS, RUN_JSON, STATUS, TRUE_EPISODES
 
 SB3 = {
     "rollout/ep_rew_mean": "rollout/ep_return_mean",
@@ -121,10 +121,13 @@ def load_seed(folder: Path, config: dict | None = None, label: str | None = None
         metrics = read_metrics(metrics_path)
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read {metrics_path}: {e}") from None
-    episodes = None
+    episodes = true_episodes = None
     if (folder / EPISODES).exists():
         steps, rets, lens = read_episodes(folder / EPISODES)
         episodes = (steps, rets, lens) if len(steps) else None
+    if (folder / TRUE_EPISODES).exists():  # a preference run's, on the task's reward
+        steps, rets, lens = read_episodes(folder / TRUE_EPISODES)
+        true_episodes = (steps, rets, lens) if len(steps) else None
     status = {}
     if (folder / STATUS).exists():
         try:
@@ -136,6 +139,7 @@ def load_seed(folder: Path, config: dict | None = None, label: str | None = None
         label=label or f"seed {folder.name}",
         metrics=metrics,
         episodes=episodes,
+        true_episodes=true_episodes,
         source="backflip",
         algo=config.get("algo"),
         env_id=config.get("env_id"),

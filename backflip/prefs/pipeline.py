@@ -512,6 +512,8 @@ class Pipeline:
             self.finished.append(
                 (self.ep_pred[i], self.ep_true[i], self.ep_len[i], float(ended[i]))
             )
+            # the task's return episode by episode, for the doctor (episodes.csv holds r̂)
+            self.run.tel.true_episode(self.step, self.ep_true[i], int(self.ep_len[i]))
             self.ep_pred[i] = self.ep_true[i] = self.ep_len[i] = 0.0
         if self.worker_error is not None:
             raise RuntimeError("the preference worker thread failed") from self.worker_error

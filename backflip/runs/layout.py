@@ -24,6 +24,8 @@ env copies get. One owner: whatever writes or reads the archive names its paths 
           stdout.log stderr.log  STDOUT, STDERR: everything the seed's process printed
           metrics.csv            METRICS: long table: step, wall, name, value (docs/metrics.md)
           episodes.csv           EPISODES: every finished training episode: step, return, length
+          true_episodes.csv      TRUE_EPISODES: a preference run's training episodes on the task's
+                                 reward, the same columns (its episodes.csv holds r̂)
           tb/                    TENSORBOARD: TensorBoard event files
           checkpoints/           CHECKPOINTS: checkpoint_name(step) (periodic), FINAL_CHECKPOINT
           videos/                VIDEOS: video_name(step) (`video_every`), watch_*.mp4
@@ -63,6 +65,7 @@ STDOUT = "stdout.log"
 STDERR = "stderr.log"
 METRICS = "metrics.csv"
 EPISODES = "episodes.csv"
+TRUE_EPISODES = "true_episodes.csv"
 TENSORBOARD = "tb"
 PREFS_DB = "prefs.sqlite"
 REWARD_MODEL = "reward_model.pt"

@@ -159,7 +159,7 @@ def never_better(d: RunData):
     if verdict(d).solved:  # learned before the late windows began (Acrobot from preferences)
         return None
     if p.basis == "episodes":
-        steps, rets, _ = d.episodes
+        steps, rets, _ = d.episodes_of(d.returns)
         late = rets[steps >= 0.85 * d.horizon]
         late = late[np.isfinite(late)]
         if len(late) < 10:
@@ -220,8 +220,8 @@ def still_improving(d: RunData):
         return None
     r, end = d.returns, d.horizon
     lo, hi = 1 - STILL_BEFORE, 1 - STILL_LATE
-    if r.episodes and d.episodes is not None:
-        steps, rets, _ = d.episodes
+    if (eps := d.episodes_of(r)) is not None:
+        steps, rets, _ = eps
         ok = np.isfinite(rets)
         steps, rets = steps[ok], rets[ok]
         before = rets[(steps > lo * end) & (steps <= hi * end)]
@@ -290,8 +290,8 @@ def trivial_policy(d: RunData):
     if _rows(d) < MIN_ROWS or not levels or d.end < 0.5 * d.horizon:
         return None
     r = d.returns
-    if r.episodes and d.episodes is not None and len(d.episodes[1]) >= 10:
-        steps, rets, _ = d.episodes
+    if (eps := d.episodes_of(r)) is not None and len(eps[1]) >= 10:
+        steps, rets, _ = eps
         ok = np.isfinite(rets)
         steps, rets = steps[ok], rets[ok]
         late = rets[steps >= 0.8 * d.horizon]
@@ -383,8 +383,8 @@ def greedy_gap(d: RunData):
     n_eval = len(d.status.get("final_eval_returns") or []) or int(d.hp.get("eval_episodes", 0))
     if not math.isfinite(g) or step < 0.9 * d.end or n_eval < 5:
         return None
-    if r.episodes and d.episodes is not None:
-        steps, rets, _ = d.episodes
+    if (eps := d.episodes_of(r)) is not None:
+        steps, rets, _ = eps
         ok = np.isfinite(rets)
         steps, rets = steps[ok], rets[ok]
         late = rets[steps >= 0.9 * d.horizon]
