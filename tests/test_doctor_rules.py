@@ -277,6 +277,26 @@ def test_a_preference_run_is_judged_on_its_true_episodes():
     assert progress(no_file).basis == "series" and not progress(no_file).improved
 
 
+def test_never_better_does_not_judge_by_the_best_of_a_few_long_early_episodes():
+    """MovingDot from preferences: 16 episodes in the first 15%, one of them lucky (157), the
+    policy learned within them and the late 90th percentile (~130) is what it does now. With
+    fewer than 30 early episodes the rule reads the logged windows instead (the rise is there);
+    with many early episodes from an unchanged policy it still fires."""
+    steps_early = np.linspace(500, 9000, 16).astype(int)
+    early = np.r_[np.clip(rng.normal(95, 25, 15), None, 150), 157.0]
+    steps_late = np.linspace(9500, 60_000, 200).astype(int)
+    late = np.clip(rng.normal(95, 25, 200), None, 150)
+    eps = (np.r_[steps_early, steps_late], np.r_[early, late], np.full(216, 750))
+    window = np.r_[np.linspace(20, 95, 8), 95 + rng.normal(0, 2, N - 8)]
+    few = data(episodes=eps, rollout__ep_return_mean=window)
+    assert "never-better" not in fired(few)
+    flat_steps = np.linspace(100, 60_000, 600).astype(int)
+    flat = rng.normal(95, 25, 600)
+    many = data(episodes=(flat_steps, flat, np.full(600, 100)),
+                rollout__ep_return_mean=95 + rng.normal(0, 2, N))  # fmt: skip
+    assert "never-better" in fired(many)
+
+
 def test_still_improving_names_a_budget_that_ended_mid_rise():
     """`still-improving` (info): the last 20% of training beats the 20% before it on a finished
     run that has not reached the env's threshold; quiet on a plateau, on a solved task, and while
