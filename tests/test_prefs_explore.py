@@ -35,9 +35,11 @@ def test_the_bonus_pays_the_distance_to_the_kth_nearest_recent_observation():
     assert got[2] == 0.0  # a step in the absorbing state: the mean, nothing new
     assert bonus.filled == 64 and np.allclose(bonus.bank.numpy()[(bonus.at - 1) % 64], 6.0)
     # a frame is subsampled to at most MAX_FEATURES pixels before the distances
-    frames = NoveltyBonus(lambda o: np.asarray(o, np.float64))
+    frames = NoveltyBonus(None, image=True)  # pixels in [0, 1], no normalizer
     assert frames(np.zeros((2, 4, 84, 84), np.uint8)).shape == (2,)
     assert frames.bank.shape[1] <= 512
+    bright = frames(np.full((1, 4, 84, 84), 255, np.uint8))
+    assert bright[0] > 0 and float(frames.bank[frames.at - 1].max()) == 1.0
 
 
 def _cliff(cli, *extra, steps=8192, seed=0):

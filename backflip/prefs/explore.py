@@ -10,7 +10,8 @@ goal cannot pay for going there, and the doctor's `labels-ends-unseen` says so. 
 novelty walks the grid's far corners within a few thousand steps.
 
 The bonus of reaching observation s' is log(1 + d_k(s')), d_k the distance from s' to its k-th
-nearest neighbour among the most recent observations (normalized as the reward model sees them),
+nearest neighbour among the most recent observations (vectors normalized as the reward model
+sees them; frames as pixels in [0, 1], at most `MAX_FEATURES` of them, evenly spaced),
 then centred and scaled by running moments of the bonus itself: an episode's length carries no
 reward (a fixed horizon's absorbing steps are paid the mean, 0), and the scale is the one the
 policy will see from the learned reward (`prefs.reward_std`).
@@ -32,8 +33,8 @@ class NoveltyBonus:
     """Pays each reached observation by how far it lies from the recent ones (module docstring).
     `normalize` maps raw observations to the reward model's normalized features."""
 
-    def __init__(self, normalize, scale: float = 1.0, memory: int = MEMORY):
-        self.normalize, self.scale, self.memory = normalize, scale, memory
+    def __init__(self, normalize, scale: float = 1.0, memory: int = MEMORY, image: bool = False):
+        self.normalize, self.scale, self.memory, self.image = normalize, scale, memory, image
         # (memory, features), a ring, and each row's squared length; torch for the distances
         # (its threads are the seed's: NumPy's BLAS took every core's, 4x slower on two)
         self.bank: torch.Tensor | None = None
@@ -43,10 +44,13 @@ class NoveltyBonus:
         self.pick: np.ndarray | None = None  # the features kept of a large observation
 
     def features(self, obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(self.normalize(obs), np.float32).reshape(len(obs), -1)
+        obs = np.asarray(obs)
         if self.pick is None:
-            step = max(1, -(-x.shape[1] // MAX_FEATURES))
-            self.pick = np.arange(0, x.shape[1], step)
+            size = int(np.prod(obs.shape[1:]))
+            self.pick = np.arange(0, size, max(1, -(-size // MAX_FEATURES)))
+        if self.image:  # frames: the picked pixels, scaled (a frame's pixels share one scale)
+            return obs.reshape(len(obs), -1)[:, self.pick].astype(np.float32) / 255.0
+        x = np.asarray(self.normalize(obs), np.float32).reshape(len(obs), -1)
         return x[:, self.pick]
 
     def __call__(self, next_obs: np.ndarray, absorbing_next=None) -> np.ndarray:

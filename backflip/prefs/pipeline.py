@@ -421,7 +421,9 @@ class Pipeline:
             from backflip.prefs.explore import NoveltyBonus
 
             self.schedule = LabelSchedule(0, 0, 1)
-            self.bonus = NoveltyBonus(self.model.normalize_obs, pcfg.reward_std)
+            self.bonus = NoveltyBonus(
+                self.model.normalize_obs, pcfg.reward_std, image=len(self.obs_space.shape) == 3
+            )
             self.next_tick = pcfg.explore_steps
         else:
             self.labels_from_here()
@@ -471,7 +473,7 @@ class Pipeline:
             self.pretrain()
         self.labels_from_here()
         self.updates_done = int(self.cfg.rm_updates_per_kstep * self.step / 1000)
-        self.next_tick = self.step + self.cfg.tick_steps
+        self.next_tick = (self.step // self.cfg.tick_steps + 1) * self.cfg.tick_steps  # the grid
         self.start_worker()
 
     def episode_reset(self) -> None:
