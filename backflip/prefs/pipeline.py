@@ -12,6 +12,11 @@ runs (`train_seed`, then `Pipeline`'s stages in the same order):
    steps a **tick** asks the labels that have fallen due (`LabelSchedule`) and trains the reward
    model as much as the step clock owes it (`rm_updates_per_kstep`), then publishes the metrics.
 
+With `prefs.explore_steps` (PEBBLE's unsupervised pre-training, `explore.py`) stage 1 keeps only
+the random clips, stage 2 waits, and the policy's first steps are paid a novelty bonus instead
+of r̂; when they are done (`end_exploration`, inside its loop) the initial labels are asked on
+the clips stored so far, the reward model is pretrained, and the ticks begin.
+
 Labels come from a simulated teacher (`labelers.Teacher`: the oracle on the true reward, or one
 of B-Pref's imperfect teachers; each label stores which, with its parameters), answered at once,
 or from people on the labeling page of `backflip ui` (`backflip label RUN_ID`; a separate process
