@@ -404,8 +404,8 @@ def prefs_failures_persist(d: RunData):
     "and neither reaches it (CliffWalking: 1 of ~680 labeled segments ended, every seed's "
     "greedy policy walked the 1,000 steps without reaching the goal or falling)",
     check_next="prefs/labeled_ends against prefs/labeled_segments; clips that reach the end: "
-    "exploration before the first labels (prefs.explore_steps: CliffWalking -13, the shortest "
-    "path, on 4 of 4 seeds with a tenth of the budget), more random clips first "
+    "exploration before the first labels (prefs.explore_steps: CliffWalking reached its goal "
+    "on 8 of 8 seeds exploring a tenth of 1e5 steps, -13 on 7), more random clips first "
     "(prefs.random_envs, prefs.initial_frac, a larger prefs.store_size), or a person who can "
     "say which clip came nearer; backflip prefs check-reward RUN --policy RUN2 with a policy that reaches it",
     source=f"{KOSTRIKOV}; Christiano et al. 2017 (the reward model learns only what its clips "
