@@ -52,6 +52,10 @@ ENVS: dict[str, tuple[str, str, int, str, dict]] = {
         "CliffWalking-v1", "ppo", 100_000,
         "gridworld, Discrete observations, ends at success, no time limit", {},
     ),
+    "taxi": (
+        "Taxi-v4", "ppo", 100_000,
+        "gridworld, Discrete observations (500), ends at success (a delivery), time limit 200", {},
+    ),
     "invpendulum": (
         "InvertedPendulum-v5", "ppo", 100_000, "MuJoCo, continuous, ends at failure", {},
     ),
