@@ -94,10 +94,10 @@ def test_cliffwalking_reaches_its_goal_from_labels_only_after_exploring(cli):
     sets = ("--labels", 100, "--steps", 20000)
     for seed in (0, 1):
         run = _cliff(cli, *sets, "--set", "prefs.explore_steps=8000", seed=seed)
-        ret = run["seeds"][0]["final_return"]
+        ret = run["seeds"][0]["final_eval_return"]
         assert ret >= -17, (seed, ret)
     plain = _cliff(cli, *sets, seed=0)  # the same run without exploring
-    assert plain["seeds"][0]["final_return"] <= -100
+    assert plain["seeds"][0]["final_eval_return"] <= -100
 
 
 def test_an_env_whose_end_a_random_policy_seldom_reaches_explores_first():
