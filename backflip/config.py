@@ -64,6 +64,10 @@ class RunOptions:
     max_wall_s: float = 0.0
     """stop training once the seed has run this many seconds (checked at each metrics row), then
     evaluate and finish as at the end of the budget (0: no limit); for runs of a fixed duration"""
+    max_steps: int = 0
+    """stop training at the first metrics row at or past this many env steps, then evaluate and
+    finish as at the end of the budget, while every schedule keeps `steps`' length (0: no limit);
+    to compare runs at equal steps within a longer schedule"""
 
     def __post_init__(self):  # the numbers' domains: DOMAINS below
         _require(
@@ -526,6 +530,7 @@ DOMAINS: dict[str, Domain] = {
     "video_every": NON_NEGATIVE,
     "log_every": NON_NEGATIVE,
     "max_wall_s": NON_NEGATIVE,
+    "max_steps": NON_NEGATIVE,
     # EnvOptions
     "env.reward_scale": ANY,
     "env.obs_scale": ANY,

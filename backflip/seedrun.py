@@ -114,9 +114,10 @@ class SeedRun:
         check_device(cfg.run.device)
         self.device = torch.device(cfg.run.device)
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.stopping = False  # set by a signal, by reaching `target_return` or `max_wall_s`
+        # set by a signal, by reaching `target_return`, `max_wall_s` or `max_steps`
+        self.stopping = False
         self.solved = False
-        self.timed_out = False  # stopped by `max_wall_s`: finishes like the end of the budget
+        self.timed_out = False  # stopped by `max_wall_s` or `max_steps`: finishes as at the end
         # the final evaluation ran: the seed is finished even if a stop request lands after it
         # began (it would be `interrupted`, and a resume would evaluate and log it twice)
         self.completed = False
@@ -271,6 +272,9 @@ class SeedRun:
         if limit and not self.stopping and time.perf_counter() - self.t_start >= limit:
             self.stopping = self.timed_out = True
             self.result["stopped_at_wall_s"] = limit
+        if self.opts.max_steps and not self.stopping and step >= self.opts.max_steps:
+            self.stopping = self.timed_out = True
+            self.result["stopped_at_step"] = step
         return row
 
     def _row(self, step: int, row: dict) -> None:
@@ -447,7 +451,7 @@ class SeedRun:
         """End of training: final greedy evaluation, row, final checkpoint.
 
         Skips the evaluation when interrupted, and when `target_return` was reached (the
-        evaluation that reached it is the final one); a seed stopped by `max_wall_s` evaluates.
+        evaluation that reached it is the final one); a seed stopped by `max_wall_s` or `max_steps` evaluates.
         """
         self.step = step
         tel_state = rows_until = None

@@ -22,6 +22,7 @@ archived under `--home` like any other (`backflip show`, `backflip ui`).
     python benchmarks/atari_prefs.py --env enduro --minutes 60
     python benchmarks/atari_prefs.py --minutes 90 --set device=cuda     # the paper's preset
     python benchmarks/atari_prefs.py --minutes 90 --plain               # no preferences
+    python benchmarks/atari_prefs.py --seed 2 --minutes 180 --stop-steps 1000000  # equal steps
     python benchmarks/atari_prefs.py --env enduro --minutes 60 --person-labels 300
 
 `--plain` is the yardstick: `backflip train ppo` on the game's own reward with the preference
@@ -164,11 +165,30 @@ def scripted_person(args, env_id: str, env: dict) -> str:
     return run
 
 
+def find_run(home: Path, t0: float, message: str) -> Path | None:
+    """The run this script launched: made since `t0` with its message (another benchmark may be
+    launching beside it in the same home)."""
+    for path in home.glob("*/run.json"):
+        try:
+            if (
+                path.stat().st_mtime >= t0 - 1
+                and json.loads(path.read_text())["message"] == message
+            ):
+                return path.parent
+        except (OSError, ValueError, KeyError):
+            continue  # being written
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--env", default="pong", help="pong, enduro or a full Atari env id")
     ap.add_argument("--minutes", type=float, default=90.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--stop-steps", type=int, default=0,
+        help="stop at this many agent steps (`max_steps`: the budget's schedule, equal steps)",
+    )  # fmt: skip
     ap.add_argument("--every", type=float, default=60.0, help="seconds between lines")
     ap.add_argument("--eval-every", type=int, default=200_000, help="agent steps")
     ap.add_argument("--eval-episodes", type=int, default=4)
@@ -202,17 +222,19 @@ def main() -> None:
         "PPO on the true reward" if args.plain
         else f"{game} from preferences ({labeler or 'the oracle'})"
     )  # fmt: skip
+    message = f"benchmarks/atari_prefs.py: {what}, seed {args.seed}, {args.minutes} min"
     cmd = [
         sys.executable, "-m", "backflip", *([] if args.plain else ["prefs"]), "train", "ppo",
         "--env", env_id, "--seed-list", str(args.seed), "--no-progress", "--json",
         *(["--labeler", labeler] if labeler else []),
         "--steps", str(budget),
         "--set", f"max_wall_s={args.minutes * 60}",
+        "--set", f"max_steps={args.stop_steps}",
         "--set", f"eval_every={args.eval_every}",
         "--set", f"eval_episodes={args.eval_episodes}",
         *sets,
         "--home", str(args.home),
-        "-m", f"benchmarks/atari_prefs.py: {what}, {args.minutes} min",
+        "-m", message,
     ]  # fmt: skip
     t0 = time.time()
     print(
@@ -230,9 +252,7 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             pass
         if run_dir is None:
-            runs = sorted(args.home.glob("*/run.json"), key=lambda p: p.stat().st_mtime)
-            fresh = [p.parent for p in runs if p.stat().st_mtime >= t0 - 1]
-            run_dir = fresh[-1] if fresh else None
+            run_dir = find_run(args.home, t0, message)
             if run_dir is None:
                 continue
             print(f"run {run_dir.name} in {run_dir}", flush=True)

@@ -49,6 +49,33 @@ def test_max_wall_s_stops_a_seed_that_then_finishes_as_at_the_end_of_its_budget(
     assert (home / record["id"] / "seeds" / "0" / "checkpoints" / "final.pt").exists()
 
 
+def test_max_steps_stops_at_equal_steps_with_the_budgets_schedule(cli, home):
+    """`max_steps` ends a seed at the first row past it, evaluated, on the learning-rate
+    schedule of its whole budget: its rows are those of the longer run up to there."""
+    import json
+
+    base = ("train", "ppo", "--env", "CartPole-v1", "--set", "eval_episodes=2", "--no-progress",
+            "--json", "--set", "anneal_lr=true")  # fmt: skip
+    cut = json.loads(cli(*base, "--steps", "20000", "--set", "max_steps=4096").stdout)
+    seed = cut["seeds"][0]
+    assert cut["status"] == "finished" and seed["status"] == "finished"
+    assert seed["steps"] == seed["stopped_at_step"] and 4096 <= seed["steps"] < 20000
+    assert len(seed["final_eval_returns"]) == 2
+    full = json.loads(cli(*base, "--steps", "20000", "--set", "max_steps=8192").stdout)
+    short = json.loads(cli(*base, "--steps", str(seed["steps"])).stdout)
+
+    def rows(record, upto):
+        lines = (home / record["id"] / "seeds" / "0" / "metrics.csv").read_text().splitlines()
+        keep = ("train/lr", "train/loss_pi", "rollout/ep_return_mean")
+        return [
+            (s, n, v) for s, _w, n, v in (x.split(",") for x in lines[1:])
+            if int(s) < upto and n in keep  # the stop step holds the final row too
+        ]  # fmt: skip
+
+    assert rows(cut, seed["steps"]) == rows(full, seed["steps"])  # the same schedule
+    assert rows(cut, seed["steps"]) != rows(short, seed["steps"])  # not a shorter budget's
+
+
 def _start(home, seeds=2):
     proc = subprocess.Popen(
         [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", "--seeds",
