@@ -88,13 +88,12 @@ from backflip.errors import UserError
 from backflip.prefs.db import PreferenceDB
 from backflip.prefs.derive import check_action_input
 from backflip.prefs.labelers import teacher_for
+from backflip.prefs.phases import EXPLORING, GATHERING, INITIAL_LABELS, PRETRAINING
 from backflip.prefs.reward_model import PairSet, RewardModel
 from backflip.prefs.segments import LabelSchedule, SegmentRecorder, SegmentStore, select_pairs
 from backflip.runs.archive import save_torch
 from backflip.runs.layout import PREFS_DB, REWARD_MODEL, seed_dir
 
-INITIAL_LABELS = "initial labels"
-EXPLORING = "exploring before the first labels"
 # segment_corr: over the policy's last this many segments (Pong: ~25k agent steps)
 SEGMENT_CORR_WINDOW = 1000
 PROGRESS_EVERY_S = 2.0  # a long phase's progress goes to the seed's status at most this often
@@ -312,7 +311,7 @@ class Pipeline:
         frames = info.get("frame")
         prev_done = np.zeros(envs.num_envs, bool)
         steps, ends, cap = 0, 0, GATHER_STEPS_PER_CLIP * n_segments * self.cfg.segment_length
-        phase = "gathering clips from a random policy"
+        phase = GATHERING
         try:
             while self.store.added < n_segments and not self.run.stopping:
                 self.progress(phase, self.store.added, n_segments, "clips")
@@ -384,7 +383,7 @@ class Pipeline:
         if self.exploring:  # no labels yet: the model is trained when exploration ends
             return
         if not self.frozen and pcfg.stage in ("full", "pretrain"):
-            total, phase = pcfg.pretrain_updates, "pretraining the reward model"
+            total, phase = pcfg.pretrain_updates, PRETRAINING
             done = 0
 
             def one_update():

@@ -39,6 +39,7 @@ from backflip import jsonout
 from backflip.prefs import frames as frames_mod
 from backflip.prefs.db import CHOICES, AlreadyTrained, PreferenceDB
 from backflip.prefs.people import person_summary
+from backflip.prefs.phases import POLICY_STEPS
 from backflip.returns import is_preference_run
 from backflip.runs.archive import pid_alive, read_record, run_dirs, seed_status
 from backflip.runs.layout import METRICS, PREFS_DB, seed_dir
@@ -86,6 +87,8 @@ class SeedLabeling:
         if state in ("running", "waiting"):
             last, row = last_metrics_row(self.folder / METRICS)
             step = last or step
+            if st.get("phase") in POLICY_STEPS:  # exploring: its progress is newer than a row
+                step = max(step, st.get("done") or 0)
             sps = row.get("time/sps")
         where = f"step {step:,} of {self.steps_total:,}"
         # the run's ETA: a long phase's own (gathering clips, pretraining), else the steps left
@@ -106,8 +109,9 @@ class SeedLabeling:
             )
         elif state == "waiting":
             text = f"{status_text(st).replace('waiting for', 'waiting for you: give')} to go on ({where})"
-        elif state == "running" and st.get("phase"):  # exploring first: the policy has stepped
-            before = ": before the policy trains" if step == 0 else ""
+        elif state == "running" and st.get("phase"):  # gathering, exploring, pretraining
+            trains = step or st.get("phase") in POLICY_STEPS
+            before = "" if trains else ": before the policy trains"
             text = f"{status_text(st)}{before} ({where})"
         elif state == "running":
             text = f"training ({where}); your answers are used as they arrive"

@@ -19,10 +19,18 @@ import pytest
 
 from backflip.envs.moving_dot import CENTRE, HEIGHT, WIDTH
 from backflip.prefs.db import PreferenceDB
+from backflip.prefs.phases import EXPLORING
 from backflip.prefs.presets import PRESETS
 from backflip.telemetry import read_metrics
 from tests.conftest import ROOT, cli_env
-from tests.ui.support import ARTIFACTS, Server, chromium, needs_chromium, screenshot_ok
+from tests.ui.support import (
+    ARTIFACTS,
+    Server,
+    chromium,
+    kill_tree,
+    needs_chromium,
+    screenshot_ok,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -369,3 +377,45 @@ def test_keys_answer_undo_and_skip_and_the_answers_train_the_reward_model(home, 
     assert metrics["reward_model/updates"][1][-1] == 10
     pairs = metrics["reward_model/pairs_train"][1][-1] + metrics["reward_model/pairs_val"][1][-1]
     assert pairs == 3
+
+
+def test_while_the_run_explores_the_page_says_so_then_shows_the_first_pair(home, browser):
+    """Exploring before the first labels (`prefs.explore_steps`), a person sees why there is
+    nothing to compare and when there will be (not two blank canvases and answer buttons), and
+    the phase line does not say "before the policy trains" (the policy steps, on the bonus);
+    when exploration ends the first pair appears."""
+    run = start(
+        home,
+        [
+            "prefs", "train", "ppo", "--env", "MovingDotLowDim-v0", "--labeler", "human",
+            "--labels", "6", "--steps", "8192", "--set", "prefs.explore_steps=3072",
+            "--set", "prefs.task=the dot nearer the centre", "--seed-list", "0",
+            "--no-progress",
+        ],
+    )  # fmt: skip
+    server = Server(home)
+    try:
+        wait_for(lambda: any(home.glob("*/seeds/0/prefs.sqlite")), 120, "the run's database")
+        db_path = next(home.glob("*/seeds/0/prefs.sqlite"))
+        run_id, folder = db_path.parents[2].name, db_path.parent
+        wait_for(lambda: status(folder).get("phase") == EXPLORING, 120, "exploration")
+        page, errors = open_labeling(browser, f"{server.base}/label/{run_id}/0/", "ann")
+        page.wait_for_function("() => document.body.dataset.query === ''")
+        page.wait_for_function("() => !document.getElementById('idle').hidden")
+        idle, line = page.inner_text("#idle"), page.inner_text("#run")
+        page.screenshot(path=str(ARTIFACTS / "label-exploring.png"), full_page=True)
+        assert "exploring before the first labels" in idle and "first pairs come" in idle
+        assert "exploring before the first labels" in line
+        assert "before the policy trains" not in line
+        for hidden in ("#left", "#right", "#play", "button[data-choice=left]"):
+            assert not page.locator(hidden).is_visible(), hidden
+        assert page.locator("#undo").is_visible() and page.locator("#end").is_visible()
+        # exploration ends: the initial labels are asked, and the page shows a pair
+        page.wait_for_function("() => !!document.body.dataset.query", timeout=240_000)
+        assert page.locator("#left").is_visible() and not page.locator("#idle").is_visible()
+        assert status(folder).get("steps", 0) >= 3072 or status(folder)["status"] == "waiting"
+        assert "waiting for you" in page.inner_text("#run")
+        assert not errors, errors
+    finally:
+        server.stop()
+        kill_tree(run)

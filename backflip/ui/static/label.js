@@ -75,6 +75,18 @@ function show(s) {
     loadSheet("left", q.left); loadSheet("right", q.right);
   }
   if (!q) player.sheets = {left: null, right: null};
+  $("idle").hidden = !!q;
+  if (!q) $("idle").textContent = idleText(s);
+}
+function idleText(s) {
+  // why there is no pair to compare, and when there will be one
+  if (outbox.length) return "Your kept answers go first: the next pair shows once they reach the server.";
+  if (!s.run.accepts) return "No pair to compare: this run no longer uses answers.";
+  if (s.run.phase) {
+    const eta = s.run.eta_s !== null && s.run.eta_s !== undefined ? `, in about ${minutes(s.run.eta_s)}` : "";
+    return `No pair to compare yet: the run is ${s.run.phase}, and the first pairs come when that is done${eta}. This page shows them as they arrive.`;
+  }
+  return "No pair to compare right now: the run asks for more as the policy learns, and this page shows them as they arrive.";
 }
 async function flushOutbox() {
   // the kept answers, oldest first, each with its id: a retry of one that did arrive is a no-op
