@@ -200,6 +200,24 @@ def test_memory_growth_and_update_size():
     assert "too small" in f.message
 
 
+def test_grad_spikes_where_exploration_ends_are_expected_and_others_are_not():
+    """The rows right after a preference run's exploration ends (`prefs/exploring` 1 -> 0: the
+    reward changed from the novelty bonus to r̂) spike by design; the same spikes elsewhere are
+    a warning."""
+    norm = 1.0 + rng.uniform(0, 0.1, N)
+    norm[[20, 22, 24]] = 500.0
+    exploring = np.where(np.arange(N) < 20, 1.0, 0.0)  # the switch is the 21st row
+    assert fired(data(train__grad_norm=norm))["grad-spike"].severity == "warning"
+    f = fired(data(train__grad_norm=norm, prefs__exploring=exploring))["grad-spike"]
+    assert f.severity == "info" and "exploration ended at step 21,000" in f.message
+    assert data(prefs__exploring=exploring).reward_switch == STEPS[20]
+    late = norm.copy()
+    late[[40, 45, 50]] = 500.0  # and three more, long after the switch
+    f = fired(data(train__grad_norm=late, prefs__exploring=exploring))["grad-spike"]
+    assert f.severity == "warning" and f.step == STEPS[40]
+    assert data(prefs__exploring=np.ones(N)).reward_switch is None  # still exploring
+
+
 def test_q_divergence_uses_the_discounted_bound():
     d = data(
         hp={"gamma": 0.99},

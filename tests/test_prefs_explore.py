@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,6 +68,13 @@ def test_the_first_labels_are_asked_when_exploration_ends(cli):
     for name in ("reward_model/train_loss", "eval/return_mean", "prefs/labels"):
         assert np.array_equal(a[name][1], b[name][1]), name
     assert a["reward_model/train_loss"][0][0] >= 4096  # the model trains after exploration
+    # the doctor sees where the reward changed from the bonus to r̂
+    steps, exploring = a["prefs/exploring"]
+    assert exploring[0] == 1.0 and exploring[-1] == 0.0
+    from backflip.doctor.sources import load_run
+
+    _, seeds, _ = load_run(Path(runs[0]["dir"]))
+    assert 4096 <= seeds[0].reward_switch <= 4096 + 2048
     # the task's return of every training episode, for the doctor (episodes.csv holds r̂)
     from backflip.telemetry import read_episodes
 

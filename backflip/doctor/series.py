@@ -125,6 +125,18 @@ class RunData:
         return LEARNED_RETURNS if self.learned_reward else TASK_RETURNS
 
     @property
+    def reward_switch(self) -> int | None:
+        """The step at which the reward the policy trains on was replaced wholesale: where a
+        preference run's exploration ended (`prefs/exploring` 1 -> 0: the novelty bonus gave way
+        to r̂), else None."""
+        s = self.get("prefs/exploring")
+        if s is None:
+            return None
+        steps, v = s
+        done = np.flatnonzero((v[:-1] > 0.5) & (v[1:] < 0.5))
+        return int(steps[done[0] + 1]) if len(done) else None
+
+    @property
     def end(self) -> int:
         """The last step with any metric."""
         return max((int(s[-1]) for s, _ in self.metrics.values() if len(s)), default=0)

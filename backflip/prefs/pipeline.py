@@ -991,6 +991,8 @@ class Pipeline:
             }
         self._rate_last = (now, labels, added, self.segments_out)
         out["prefs/env_terminations"] = float(self.env_terminations)
+        if self.cfg.explore_steps:  # the doctor reads where the reward changed from the bonus
+            out["prefs/exploring"] = float(self.exploring)
         if self.finished:
             pred, true, length, ended = np.array(self.finished).T
             out["prefs/true_return_mean"] = float(true.mean())

@@ -274,12 +274,17 @@ def update_size(d: RunData):
     )
 
 
+SWITCH_ROWS = 10  # rows after a reward switch whose gradient spikes are expected
+
+
 @rule(
     "grad-spike",
     entry="14",
-    reads=("train/grad_norm",),
+    reads=("train/grad_norm", "prefs/exploring (preference runs)"),
     threshold="a gradient norm > 100× the median of the 10 rows before it: info once, warning "
-    "from 3 such spikes (healthy PPO runs showed single spikes of 40×)",
+    "from 3 such spikes (healthy PPO runs showed single spikes of 40×); spikes in the 10 rows "
+    "after a preference run's exploration ends are info (its reward changed from the novelty "
+    "bonus to r̂ there: exploring CliffWalking runs spiked 5 times at it)",
     cause="an exploding gradient: a bad batch, a learning rate too high, a value target jump",
     check_next="gradient clipping (max_grad_norm), the learning rate, what changed at that step",
     source=f"{JONES}; rlwatch",
@@ -297,6 +302,23 @@ def grad_spike(d: RunData):
     spike[:5] = False
     if not spike.any():
         return None
+    # the rows right after the reward itself was replaced: targets jump there by design
+    switched = np.zeros(len(steps), bool)
+    if (at := d.reward_switch) is not None:
+        switched[np.searchsorted(steps, at) :][:SWITCH_ROWS] = True
+    expected = spike & switched
+    spike &= ~switched
+    if not spike.any():
+        i = int(np.argmax(expected))
+        return Hit(
+            "info",
+            f"gradient norm spiked to {fmt(float(v[i]))} at step {int(steps[i]):,}, "
+            f"{ratio[i]:.0f}× the median before it ({int(expected.sum())} spikes), right after "
+            f"exploration ended at step {at:,}: the reward changed from the novelty bonus to r̂",
+            metric="train/grad_norm",
+            step=int(steps[i]),
+            evidence={"value": float(v[i]), "ratio": float(ratio[i]), "spikes": 0},
+        )
     i = int(np.argmax(spike))
     return Hit(
         "warning" if spike.sum() >= 3 else "info",
