@@ -40,7 +40,7 @@ class CrashAfterEzPickle(CrashAfter, gym.utils.EzPickle):
 
 class MultiDiscreteActions(gym.Env):
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.MultiDiscrete([2, 3])
+    action_space = gym.spaces.MultiDiscrete([16, 16, 16])  # 4,096: too many to read as one
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)

@@ -36,8 +36,13 @@ def test_action_space_the_algorithm_cannot_handle(cli):
     proc = cli("train", "ppo", "--env", "tests.fault_envs:MultiDiscreteActions-v0", check=False)
     assert_clean_error(
         proc,
-        "ppo needs a Discrete or Box action space",
-        "MultiDiscreteActions-v0 has MultiDiscrete",
+        "MultiDiscreteActions-v0 has action space MultiDiscrete([16 16 16]): 4,096 combinations",
+        "more than the 256",
+    )
+    # a small one is read as one Discrete, but SAC needs a Box: said of the env's own space
+    proc = cli("train", "sac", "--env", "tests.user_envs:Switches-v0", check=False)
+    assert_clean_error(
+        proc, "sac needs a Box action space", "Switches-v0 has MultiDiscrete([3 2], start=[1 0])"
     )
 
 

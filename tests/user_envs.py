@@ -1,7 +1,10 @@
 """A user's own env module, as `--env tests.user_envs:Grid10-v0` imports it: a frame env of the
-layout third-party image envs use (MinAtar's 10x10 booleans, channels last)."""
+layout third-party image envs use (MinAtar's 10x10 booleans, channels last), and an env of
+MultiBinary observations and MultiDiscrete actions."""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -45,3 +48,36 @@ gym.register(
     "Grid10-v0", entry_point=Frames, kwargs={"shape": (10, 10, 4), "dtype": "bool"},
     max_episode_steps=50,
 )  # fmt: skip
+
+
+class Switches(gym.Env):
+    """Six switches seen as MultiBinary(6); an action MultiDiscrete([3, 2]) with start [1, 0]
+    sets switch a[0] - 1 (of the first three) to a[1]; reward: how many of the first three are
+    on, every step (the other three flicker at random). 50 steps; the best return is ~149, a
+    random policy's ~75."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode=None):
+        self.observation_space = gym.spaces.MultiBinary(6)
+        self.action_space = gym.spaces.MultiDiscrete([3, 2], start=[1, 0])
+        self.render_mode = render_mode
+        self.s = np.zeros(6, np.int8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.s = self.np_random.integers(0, 2, 6).astype(np.int8)
+        return self.s.copy(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action)), action
+        self.s[int(action[0]) - 1] = int(action[1])
+        self.s[3:] = self.np_random.integers(0, 2, 3)
+        return self.s.copy(), float(self.s[:3].sum()), False, False, {}
+
+    def render(self):  # the six switches as squares, white when on
+        lit = (self.s.astype(np.uint8) * 255)[None, :, None]
+        return np.repeat(np.repeat(lit, 10, 0), 10, 1).repeat(3, 2)
+
+
+gym.register("Switches-v0", entry_point=Switches, max_episode_steps=50)

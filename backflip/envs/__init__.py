@@ -167,6 +167,15 @@ def action_kind(env_id: str) -> str | None:
     return _ACTION_KINDS[env_id]
 
 
+def chain(env: gym.Env):
+    """The env and every wrapper under it, outermost first."""
+    while True:
+        yield env
+        if not isinstance(env, gym.Wrapper):
+            return
+        env = env.env
+
+
 def check_supported(
     algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOptions
 ) -> tuple[int, ...]:
@@ -180,18 +189,20 @@ def check_supported(
         raise UserError(f"could not create {env_id}: {type(e).__name__}: {e}") from None
     try:
         act, obs = env.action_space, env.observation_space
+        # the env's own space, where a small MultiDiscrete/MultiBinary one is read as a Discrete
+        own = next((w.joint_of for w in chain(env) if hasattr(w, "joint_of")), act)
     finally:
         env.close()
     if space_kind(act) not in kinds:
         need = " or ".join({"discrete": "Discrete", "box": "Box"}[k] for k in kinds)
-        raise UserError(f"{algo} needs a {need} action space; {env_id} has {act}")
+        raise UserError(f"{algo} needs a {need} action space; {env_id} has {own}")
     if not isinstance(obs, gym.spaces.Box):  # adapt_observations refuses first, in one line
         raise UserError(f"{env_id} has observation space {obs}, which backflip can't encode yet")
     if isinstance(act, gym.spaces.Box) and not np.issubdtype(act.dtype, np.floating):
         raise UserError(
             f"{env_id} has a Box action space of dtype {act.dtype} ({act}); backflip's "
             "continuous policies emit floats: use a float Box, or Discrete/MultiDiscrete "
-            "for whole-number actions"
+            f"(up to {wrappers.MAX_JOINT_ACTIONS} combinations) for whole-number actions"
         )
     return tuple(obs.shape)
 
@@ -207,7 +218,8 @@ def make_env(
     """One environment copy with the `env.*` option wrappers applied.
 
     Observations are adapted for backflip's networks (`adapt_observations`: one-hot, flattened,
-    frames as (C, H, W) bytes). `wrap(env)`, if given, goes on the env before them (a
+    frames as (C, H, W) bytes), and small MultiDiscrete/MultiBinary actions as one Discrete
+    (`adapt_actions`). `wrap(env)`, if given, goes on the env before them (a
     preference run's fixed horizon, `envs.horizon`: training envs only).
 
     ALE ids get the standard Atari preprocessing (`backflip.envs.atari`) unless `env.atari` is
@@ -247,6 +259,7 @@ def make_env(
     if wrap is not None:  # a preference run's fixed horizon (`envs.horizon`), on training envs
         env = wrap(env)
     env = adapt_observations(env, opts.obs_layout, env_id)
+    env = adapt_actions(env, env_id)
     if opts.frame_diff:
         env = wrappers.FrameDifference(env)
     if opts.obs_scale != 1.0 or opts.obs_shift != 0.0:
@@ -258,6 +271,22 @@ def make_env(
     if opts.slowdown > 0:
         env = wrappers.GrowingWork(env, opts.slowdown)
     return env
+
+
+def adapt_actions(env: gym.Env, env_id: str = "") -> gym.Env:
+    """The env with actions backflip's policies emit: a MultiDiscrete or MultiBinary space of
+    at most `wrappers.MAX_JOINT_ACTIONS` combinations as one Discrete over them
+    (`wrappers.JointDiscreteAction`, exact); a larger one is a UserError naming its size."""
+    n = wrappers.joint_actions(env.action_space)
+    if n is None:
+        return env
+    if n > wrappers.MAX_JOINT_ACTIONS:
+        raise UserError(
+            f"{env_id or 'this env'} has action space {env.action_space}: {n:,} combinations, "
+            f"more than the {wrappers.MAX_JOINT_ACTIONS} backflip's discrete policies read as "
+            "one Discrete (a factorized policy head is not implemented)"
+        )
+    return wrappers.JointDiscreteAction(env)
 
 
 def adapt_observations(env: gym.Env, layout: str = "auto", env_id: str = "") -> gym.Env:

@@ -28,6 +28,41 @@ class OneHotObservation(gym.ObservationWrapper):
         return out
 
 
+MAX_JOINT_ACTIONS = 256  # MultiDiscrete/MultiBinary actions read as one Discrete up to this many
+
+
+class JointDiscreteAction(gym.ActionWrapper):
+    """A small MultiDiscrete (or MultiBinary) action space as one Discrete over every
+    combination, row-major (the last dimension varies fastest): backflip's discrete policies
+    (PPO, A2C, VPG, DQN) then act in it unchanged, and a reward model reads the joint action
+    one-hot. Exact (no combination is lost); for spaces of at most `MAX_JOINT_ACTIONS`."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        space = self.joint_of = env.action_space
+        if isinstance(space, gym.spaces.MultiBinary):
+            self.nvec, self.start = np.full(int(np.prod(space.shape)), 2), 0
+            self.shape, self.dtype = space.shape, space.dtype
+        else:
+            self.nvec, self.start = space.nvec.ravel(), space.start.ravel()
+            self.shape, self.dtype = space.nvec.shape, space.dtype
+        self.action_space = gym.spaces.Discrete(int(np.prod(self.nvec)))
+
+    def action(self, action):
+        parts = np.unravel_index(int(action), tuple(int(n) for n in self.nvec))
+        return (np.asarray(parts) + self.start).astype(self.dtype).reshape(self.shape)
+
+
+def joint_actions(space: gym.Space) -> int | None:
+    """How many combinations a MultiDiscrete/MultiBinary action space holds (None: another
+    kind of space)."""
+    if isinstance(space, gym.spaces.MultiBinary):
+        return 2 ** int(np.prod(space.shape))
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return int(np.prod(space.nvec.astype(object)))  # no overflow on huge spaces
+    return None
+
+
 class FrameDifference(gym.ObservationWrapper):
     """Observe o_t - o_{t-1} (zero at reset): static background vanishes (Karpathy's Pong trick)."""
 
