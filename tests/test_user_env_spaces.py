@@ -162,7 +162,7 @@ def test_a_derived_setting_the_user_replaced_is_said_as_replaced(cli):
 def test_small_multidiscrete_and_multibinary_actions_are_one_discrete():
     """Every combination of a MultiDiscrete (with its `start`) or MultiBinary action space is one
     Discrete action, row-major, and back exactly; a space too large to read so is refused in one
-    line naming its size."""
+    line naming its size. A Discrete that starts elsewhere than 0 is shifted to 0."""
     from backflip.envs.wrappers import JointDiscreteAction
 
     class Acts(gym.Env):
@@ -183,6 +183,15 @@ def test_small_multidiscrete_and_multibinary_actions_are_one_discrete():
         seen = {tuple(np.ravel(env.action(i))) for i in range(n)}
         assert len(seen) == n  # every combination, once
         assert all(space.contains(env.action(i)) for i in range(n))
+    shifted = JointDiscreteAction(Acts(gym.spaces.Discrete(3, start=-1)))
+    assert shifted.action_space == gym.spaces.Discrete(3)
+    assert [shifted.action(i) for i in range(3)] == [-1, 0, 1]
+    gym.register("test/Wide-v0", entry_point=Acts, kwargs={"space": gym.spaces.Discrete(999, 5)})
+    try:  # a Discrete is never too large: it is only shifted
+        assert make_env("test/Wide-v0").action_space == gym.spaces.Discrete(999)
+    finally:
+        gym.registry.pop("test/Wide-v0")
+    assert make_env("CartPole-v1").action_space == gym.spaces.Discrete(2)  # unwrapped
     first = JointDiscreteAction(Acts(gym.spaces.MultiDiscrete([3, 2], start=[1, 0])))
     assert [first.action(i).tolist() for i in range(3)] == [[1, 0], [1, 1], [2, 0]]
     gym.register("test/Huge-v0", entry_point=Acts, kwargs={"space": gym.spaces.MultiBinary(9)})

@@ -275,12 +275,13 @@ def make_env(
 
 def adapt_actions(env: gym.Env, env_id: str = "") -> gym.Env:
     """The env with actions backflip's policies emit: a MultiDiscrete or MultiBinary space of
-    at most `wrappers.MAX_JOINT_ACTIONS` combinations as one Discrete over them
-    (`wrappers.JointDiscreteAction`, exact); a larger one is a UserError naming its size."""
+    at most `wrappers.MAX_JOINT_ACTIONS` combinations as one Discrete over them, a Discrete
+    that starts elsewhere than 0 shifted to 0 (`wrappers.JointDiscreteAction`, exact); a larger
+    one is a UserError naming its size."""
     n = wrappers.joint_actions(env.action_space)
     if n is None:
         return env
-    if n > wrappers.MAX_JOINT_ACTIONS:
+    if n > wrappers.MAX_JOINT_ACTIONS and not isinstance(env.action_space, gym.spaces.Discrete):
         raise UserError(
             f"{env_id or 'this env'} has action space {env.action_space}: {n:,} combinations, "
             f"more than the {wrappers.MAX_JOINT_ACTIONS} backflip's discrete policies read as "

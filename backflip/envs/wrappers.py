@@ -35,12 +35,18 @@ class JointDiscreteAction(gym.ActionWrapper):
     """A small MultiDiscrete (or MultiBinary) action space as one Discrete over every
     combination, row-major (the last dimension varies fastest): backflip's discrete policies
     (PPO, A2C, VPG, DQN) then act in it unchanged, and a reward model reads the joint action
-    one-hot. Exact (no combination is lost); for spaces of at most `MAX_JOINT_ACTIONS`."""
+    one-hot. Exact (no combination is lost); for spaces of at most `MAX_JOINT_ACTIONS`. A
+    Discrete(n, start=k) is shifted to start at 0 the same way (the policies emit 0..n-1: sent
+    as they are, an env whose actions start at -1 got the wrong ones, silently)."""
 
     def __init__(self, env):
         super().__init__(env)
         space = self.joint_of = env.action_space
-        if isinstance(space, gym.spaces.MultiBinary):
+        self.scalar = isinstance(space, gym.spaces.Discrete)  # Discrete(n, start != 0)
+        if self.scalar:
+            self.nvec, self.start = np.array([space.n]), np.array([space.start])
+            self.shape, self.dtype = (), space.dtype
+        elif isinstance(space, gym.spaces.MultiBinary):
             self.nvec, self.start = np.full(int(np.prod(space.shape)), 2), 0
             self.shape, self.dtype = space.shape, space.dtype
         else:
@@ -49,13 +55,17 @@ class JointDiscreteAction(gym.ActionWrapper):
         self.action_space = gym.spaces.Discrete(int(np.prod(self.nvec)))
 
     def action(self, action):
+        if self.scalar:
+            return int(action) + int(self.start[0])
         parts = np.unravel_index(int(action), tuple(int(n) for n in self.nvec))
         return (np.asarray(parts) + self.start).astype(self.dtype).reshape(self.shape)
 
 
 def joint_actions(space: gym.Space) -> int | None:
-    """How many combinations a MultiDiscrete/MultiBinary action space holds (None: another
-    kind of space)."""
+    """How many combinations a MultiDiscrete/MultiBinary action space holds, or a Discrete one
+    that does not start at 0 (None: a space the policies act in as it is)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n) if int(space.start) != 0 else None
     if isinstance(space, gym.spaces.MultiBinary):
         return 2 ** int(np.prod(space.shape))
     if isinstance(space, gym.spaces.MultiDiscrete):
