@@ -186,6 +186,14 @@ def test_small_multidiscrete_and_multibinary_actions_are_one_discrete():
     shifted = JointDiscreteAction(Acts(gym.spaces.Discrete(3, start=-1)))
     assert shifted.action_space == gym.spaces.Discrete(3)
     assert [shifted.action(i) for i in range(3)] == [-1, 0, 1]
+    from backflip.envs.wrappers import OneHotObservation
+
+    class Seen(gym.Env):  # observations -1, 0, 1
+        observation_space = gym.spaces.Discrete(3, start=-1)
+        action_space = gym.spaces.Discrete(2)
+
+    one_hot = OneHotObservation(Seen())
+    assert [one_hot.observation(o).tolist() for o in (-1, 1)] == [[1, 0, 0], [0, 0, 1]]
     gym.register("test/Wide-v0", entry_point=Acts, kwargs={"space": gym.spaces.Discrete(999, 5)})
     try:  # a Discrete is never too large: it is only shifted
         assert make_env("test/Wide-v0").action_space == gym.spaces.Discrete(999)

@@ -19,12 +19,12 @@ class OneHotObservation(gym.ObservationWrapper):
 
     def __init__(self, env):
         super().__init__(env)
-        self.n = env.observation_space.n
+        self.n, self.start = env.observation_space.n, int(env.observation_space.start)
         self.observation_space = gym.spaces.Box(0.0, 1.0, (self.n,), np.float32)
 
     def observation(self, obs):
         out = np.zeros(self.n, np.float32)
-        out[int(obs)] = 1.0
+        out[int(obs) - self.start] = 1.0  # Discrete(n, start=k) holds k..k+n-1
         return out
 
 
