@@ -50,6 +50,12 @@ class MultiDiscreteActions(gym.Env):
         return np.zeros(2, np.float32), 0.0, True, False, {}
 
 
+class InfiniteBoxActions(MultiDiscreteActions):
+    """Box actions without bounds: SAC, TD3, DDPG and CEM squash theirs into the bounds."""
+
+    action_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+
 class EndlessReward(gym.Env):
     """Constant observation, reward 1 every step, never terminates: only the time limit ends it.
 
@@ -78,6 +84,7 @@ class EndlessRewardBox(EndlessReward):
 gym.register("CrashAfter-v0", entry_point=CrashAfter, max_episode_steps=1000)
 gym.register("CrashAfterEzPickle-v0", entry_point=CrashAfterEzPickle, kwargs={"after": 250})
 gym.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=10)
+gym.register("InfiniteBoxActions-v0", entry_point=InfiniteBoxActions, max_episode_steps=10)
 gym.register("EndlessReward-v0", entry_point=EndlessReward, max_episode_steps=5)
 gym.register("EndlessRewardBox-v0", entry_point=EndlessRewardBox, max_episode_steps=5)
 

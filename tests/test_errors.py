@@ -46,6 +46,18 @@ def test_action_space_the_algorithm_cannot_handle(cli):
     )
 
 
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg", "cem"])
+def test_actions_squashed_into_infinite_bounds_are_refused(cli, algo):
+    """Squashed into Box(-inf, inf) every action was NaN, and the seed failed blaming a
+    'non-finite reward from the environment'."""
+    env = "tests.fault_envs:InfiniteBoxActions-v0"
+    assert_clean_error(
+        cli("train", algo, "--env", env, check=False),
+        f"{algo} squashes its actions into the action space's bounds",
+        "are not finite (Box(-inf, inf, (2,), float32))",
+    )
+
+
 def test_bad_set_key_lists_valid_keys(cli):
     proc = cli("train", "ppo", "--env", "CartPole-v1", "--set", "learning_rate=1", check=False)
     assert_clean_error(proc, "unknown key 'learning_rate'", "valid keys:", "gae_lambda")

@@ -4,7 +4,8 @@ Each algorithm is two modules in this package:
 
 - `settings/<name>.py`, what it accepts, plain data that imports no torch: `Config` (a dataclass
   of hyperparameters, each field with a one-line docstring), `ACTION_SPACES` (the action-space
-  kinds it handles, "discrete", "box"), `DEFAULT_STEPS` and `PRESETS` (per-env overrides,
+  kinds it handles, "discrete", "box"; `BOUNDED_ACTIONS = True` where Box actions are squashed
+  into the bounds, which must be finite), `DEFAULT_STEPS` and `PRESETS` (per-env overrides,
   optionally with a `steps` budget); optionally `ABLATIONS` ({switch name: settings that turn it
   off}, for `backflip ablate`), `BENCHMARKS` ({env id: steps}, the reference envs of `backflip
   bench`; default: `PRESETS`), `ACTION_DEFAULTS` ({action-space kind: settings} for an env
@@ -58,6 +59,8 @@ class AlgoSpec:
     presets: dict[str, dict]
     settings: Any  # the settings module: Config, PRESETS, ABLATIONS, BENCHMARKS, budget
     action_defaults: dict[str, dict] = dataclasses.field(default_factory=dict)
+    bounded_actions: bool = False
+    """its Box actions are squashed into the space's bounds, which must then be finite"""
 
     @property
     def module(self):
@@ -87,6 +90,7 @@ def get_algo(name: str) -> AlgoSpec:
         presets=getattr(mod, "PRESETS", {}),
         settings=mod,
         action_defaults=getattr(mod, "ACTION_DEFAULTS", {}),
+        bounded_actions=bool(getattr(mod, "BOUNDED_ACTIONS", False)),
     )
 
 

@@ -71,7 +71,7 @@ def launch_study(args, kind: str, make_variants) -> int:
     sets = parse_sets(args.sets)
     seeds = seeds_from(args)
     base = resolve_on_env(args.algo, args.env, seeds, args.steps, file_values, sets)
-    check_supported(base.algo, spec.action_spaces, base.env_id, base.env)
+    check_supported(spec, base.env_id, base.env)
     check_backend(backend_of(args), backend_address(args))
     variants, skipped = make_variants(spec, base, file_values, sets, seeds)
     if not variants:

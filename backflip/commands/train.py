@@ -192,7 +192,7 @@ def execute(
     prepare(backend)  # the seeds' server imports torch while the launcher checks and records
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AtariProtocolWarning)
-        obs_shape = check_supported(cfg.algo, spec.action_spaces, cfg.env_id, cfg.env)
+        obs_shape = check_supported(spec, cfg.env_id, cfg.env)
     for w in caught:
         if issubclass(w.category, AtariProtocolWarning):
             print(f"warning: {w.message}", file=sys.stderr, flush=True)

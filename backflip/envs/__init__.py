@@ -176,11 +176,12 @@ def chain(env: gym.Env):
         env = env.env
 
 
-def check_supported(
-    algo: str, kinds: tuple[str, ...], env_id: str, opts: EnvOptions
-) -> tuple[int, ...]:
-    """Raise a UserError if `algo` can't act in `env_id` (e.g. DQN on a Box action space); the
-    shape of the observations the networks will read."""
+def check_supported(algo, env_id: str, opts: EnvOptions) -> tuple[int, ...]:
+    """Raise a UserError if the algorithm `algo` (an `algos.AlgoSpec`: its name, the action-space
+    kinds it handles, whether it squashes Box actions into their bounds) can't act in `env_id`
+    (e.g. DQN on a Box action space, SAC on infinite bounds); the shape of the observations the
+    networks will read."""
+    algo, kinds, bounded = algo.name, algo.action_spaces, algo.bounded_actions
     try:
         env = make_env(env_id, opts)
     except UserError:
@@ -198,6 +199,12 @@ def check_supported(
         raise UserError(f"{algo} needs a {need} action space; {env_id} has {own}")
     if not isinstance(obs, gym.spaces.Box):  # adapt_observations refuses first, in one line
         raise UserError(f"{env_id} has observation space {obs}, which backflip can't encode yet")
+    if isinstance(act, gym.spaces.Box) and bounded and not act.is_bounded("both"):
+        raise UserError(
+            f"{algo} squashes its actions into the action space's bounds, and {env_id}'s are "
+            f"not finite ({act}): give its action space finite bounds, or use ppo, a2c or vpg "
+            "(a Gaussian policy needs none)"
+        )
     if isinstance(act, gym.spaces.Box) and not np.issubdtype(act.dtype, np.floating):
         raise UserError(
             f"{env_id} has a Box action space of dtype {act.dtype} ({act}); backflip's "

@@ -172,7 +172,7 @@ def run_battery(
         except UserError as e:
             raise UserError(f"{algo} on {env}: {e}") from None
         try:  # e.g. an env whose optional extra is not installed here
-            check_supported(algo, get_algo(algo).action_spaces, env, cfg.env)
+            check_supported(get_algo(algo), env, cfg.env)
         except UserError as e:
             skipped.append(f"{algo}:{env}: {e}")
             continue

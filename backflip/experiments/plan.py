@@ -195,7 +195,7 @@ def create(home: Path, path: str | Path) -> tuple[dict, str]:
     envs = {c.env_id for c in configs.values()}
 
     for c in configs.values():
-        check_supported(c.algo, get_algo(c.algo).action_spaces, c.env_id, c.env)
+        check_supported(get_algo(c.algo), c.env_id, c.env)
     seeds = fresh_seeds(home, envs, plan["seeds"])
     configs = resolve_configs(plan, seeds)
     reg = {

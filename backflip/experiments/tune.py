@@ -514,7 +514,7 @@ def run_worker(
     if plan_seeds < 2:
         raise UserError("--plan-seeds must be at least 2")
     base = resolve_on_env(algo, env, seeds, steps, None, sets)
-    check_supported(base.algo, get_algo(algo).action_spaces, base.env_id, base.env)
+    check_supported(get_algo(algo), base.env_id, base.env)
     base_flat, types = base.flat(), _setting_types(algo)
     if space_path:
         raw, where = load_space(space_path), f"search space {space_path}"

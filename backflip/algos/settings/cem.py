@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACTION_SPACES = ("discrete", "box")
+BOUNDED_ACTIONS = True  # tanh-squashed into the Box's bounds
 DEFAULT_STEPS = 100_000
 
 

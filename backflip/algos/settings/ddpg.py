@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from backflip.algos.settings import td3
 
 ACTION_SPACES = ("box",)
+BOUNDED_ACTIONS = True  # tanh-squashed into the Box's bounds
 DEFAULT_STEPS = 20_000
 
 

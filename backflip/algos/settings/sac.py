@@ -13,6 +13,7 @@ from backflip.algos.settings import box_probe_presets
 from backflip.algos.settings.offpolicy import Settings
 
 ACTION_SPACES = ("box",)
+BOUNDED_ACTIONS = True  # tanh-squashed into the Box's bounds
 DEFAULT_STEPS = 20_000
 
 
