@@ -232,3 +232,18 @@ def test_a_preference_run_on_multidiscrete_actions_learns(cli):
     record = json.loads(proc.stdout)
     assert record["status"] == "finished", proc.stderr
     assert record["seeds"][0]["final_eval_return"] >= 140
+
+
+@pytest.mark.parametrize("algo", ["sac", "ppo"])
+def test_box_actions_of_several_axes_are_emitted_flat_and_reshaped(cli, algo):
+    """A (2, 2) Box of actions crashed every algorithm ('could not broadcast (1,4) into
+    (1,2,2)'); the policies now emit 4 numbers, reshaped for the env. SAC learns it (seed 0:
+    best 0, random ~-27)."""
+    import json
+
+    proc = cli("train", algo, "--env", "tests.user_envs:Reach2x2-v0", "--seeds", "1",
+               "--steps", "6000", "--json", "--no-progress")  # fmt: skip
+    record = json.loads(proc.stdout)
+    assert record["status"] == "finished", proc.stderr
+    if algo == "sac":
+        assert record["seeds"][0]["final_eval_return"] >= -2

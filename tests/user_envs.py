@@ -81,3 +81,28 @@ class Switches(gym.Env):
 
 
 gym.register("Switches-v0", entry_point=Switches, max_episode_steps=50)
+
+
+class Reach2x2(gym.Env):
+    """Actions a Box of shape (2, 2): reward −‖a − target‖², the target (flattened) is the
+    observation, new each step; 20 steps (best return 0, a random policy's ~−27)."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1, 1, (4,), np.float32)
+        self.action_space = gym.spaces.Box(-1, 1, (2, 2), np.float32)
+        self.x = np.zeros(4, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-1, 1, 4).astype(np.float32)
+        return self.x, {}
+
+    def step(self, action):
+        action = np.asarray(action)
+        assert action.shape == (2, 2), action.shape
+        reward = -float(np.sum((action.ravel() - self.x) ** 2))
+        self.x = self.np_random.uniform(-1, 1, 4).astype(np.float32)
+        return self.x, reward, False, False, {}
+
+
+gym.register("Reach2x2-v0", entry_point=Reach2x2, max_episode_steps=20)

@@ -281,11 +281,19 @@ def make_env(
 
 
 def adapt_actions(env: gym.Env, env_id: str = "") -> gym.Env:
-    """The env with actions backflip's policies emit: a MultiDiscrete or MultiBinary space of
+    """The env with actions backflip's policies emit: a Box of several axes flattened (and each
+    action reshaped back); a MultiDiscrete or MultiBinary space of
     at most `wrappers.MAX_JOINT_ACTIONS` combinations as one Discrete over them, a Discrete
     that starts elsewhere than 0 shifted to 0 (`wrappers.JointDiscreteAction`, exact); a larger
     one is a UserError naming its size."""
-    n = wrappers.joint_actions(env.action_space)
+    space = env.action_space
+    if isinstance(space, gym.spaces.Box) and len(space.shape) > 1:
+        # a Box of several axes as the flat vector the policies emit (Gymnasium's wrapper)
+        flat = gym.spaces.Box(space.low.ravel(), space.high.ravel(), dtype=space.dtype)
+        return gym.wrappers.TransformAction(
+            env, lambda a, shape=space.shape: np.asarray(a).reshape(shape), flat
+        )
+    n = wrappers.joint_actions(space)
     if n is None:
         return env
     if n > wrappers.MAX_JOINT_ACTIONS and not isinstance(env.action_space, gym.spaces.Discrete):
