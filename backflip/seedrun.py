@@ -40,7 +40,7 @@ import torch
 from backflip.config import TrainConfig, check_device
 from backflip.envs import make_vec
 from backflip.envs.wrappers import FiniteObservations
-from backflip.errors import NonFiniteError
+from backflip.errors import NonFiniteError, UserError
 from backflip.runs.archive import save_torch
 from backflip.runs.layout import (
     CHECKPOINTS,
@@ -144,6 +144,7 @@ class SeedRun:
         self._video_env = None
         self._next_video = cfg.run.video_every or math.inf
         self._last_video_step = -1
+        self._video_broken = False  # a video failed (no ffmpeg, the env's render): no more
         self._next_log: int | None = None  # set by the first log_due call
         every = cfg.run.checkpoint_every or max(1, cfg.steps // 4)
         self._ckpt_every, self._next_ckpt = every, every
@@ -374,14 +375,19 @@ class SeedRun:
 
     def record_video(self, step: int, act: Callable[[np.ndarray], np.ndarray]) -> Path | None:
         """One greedy episode on a rendering env copy -> videos/step_<step>.mp4."""
-        if self.out_dir is None or step == self._last_video_step:
+        if self.out_dir is None or step == self._last_video_step or self._video_broken:
             return None
         self._last_video_step = step
-        if self._video_env is None:
-            self._video_env = make_render_env(self.env_id, self.env_opts)
         path = self.out_dir / VIDEOS / video_name(step)
-        with torch.inference_mode():
-            record_video(act, self._video_env, path, eval_seed(self.seed))
+        try:
+            if self._video_env is None:
+                self._video_env = make_render_env(self.env_id, self.env_opts)
+            with torch.inference_mode():
+                record_video(act, self._video_env, path, eval_seed(self.seed))
+        except UserError as e:  # no ffmpeg, an env that cannot render: the training goes on
+            self._video_broken = True
+            self.warn(f"video at step {step:,} not recorded, and no more for this seed: {e}")
+            return None
         return path
 
     # -- checkpoints -------------------------------------------------------------------------

@@ -46,19 +46,28 @@ def make_render_env(env_id: str, opts=None):
         raise UserError(f"cannot render {env_id}: {type(e).__name__}: {e}") from None
 
 
+def render(env) -> np.ndarray | None:
+    """The env's frame; its own `render()` failing is a UserError naming it (the user's code)."""
+    try:
+        return env.render()
+    except Exception as e:  # noqa: BLE001 — the env's code, not ours: one line, not a traceback
+        name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+        raise UserError(f"{name}'s render() failed: {type(e).__name__}: {e}") from None
+
+
 def record_episode(
     act: Callable[[np.ndarray], np.ndarray], env, seed: int, max_frames: int = MAX_FRAMES
 ) -> tuple[list[np.ndarray], float, int]:
     """Play one greedy episode; returns (frames, return, length). `act` takes a batch of obs."""
     obs, _ = env.reset(seed=seed)
-    frames = [env.render()]
+    frames = [render(env)]
     ret, length = 0.0, 0
     while length < max_frames:
         action = act(obs[None])[0]
         obs, r, term, trunc, _ = env.step(action)
         ret += float(r)
         length += 1
-        frames.append(env.render())
+        frames.append(render(env))
         if term or trunc:
             break
     return [f for f in frames if f is not None], ret, length

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import gymnasium as gym
 import numpy as np
 
@@ -56,6 +58,30 @@ class InfiniteBoxActions(MultiDiscreteActions):
     action_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 
 
+class RenderBreaks(MultiDiscreteActions):
+    """A working env whose own render() raises (a user's bug): training goes on without videos,
+    `backflip watch` says so in one line."""
+
+    action_space = gym.spaces.Discrete(2)
+    metadata: ClassVar[dict] = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.x, {}
+
+    def step(self, action):  # reward for the action that matches the sign of x[0]
+        reward = float((self.x[0] > 0) == bool(action))
+        self.x = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.x, reward, False, False, {}
+
+    def render(self):
+        return np.full((8, 8, 3), 255, np.int8)  # OverflowError: 255 out of bounds for int8
+
+
 class EndlessReward(gym.Env):
     """Constant observation, reward 1 every step, never terminates: only the time limit ends it.
 
@@ -85,6 +111,7 @@ gym.register("CrashAfter-v0", entry_point=CrashAfter, max_episode_steps=1000)
 gym.register("CrashAfterEzPickle-v0", entry_point=CrashAfterEzPickle, kwargs={"after": 250})
 gym.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=10)
 gym.register("InfiniteBoxActions-v0", entry_point=InfiniteBoxActions, max_episode_steps=10)
+gym.register("RenderBreaks-v0", entry_point=RenderBreaks, max_episode_steps=10)
 gym.register("EndlessReward-v0", entry_point=EndlessReward, max_episode_steps=5)
 gym.register("EndlessRewardBox-v0", entry_point=EndlessRewardBox, max_episode_steps=5)
 

@@ -86,3 +86,20 @@ def test_the_evaluation_that_reaches_target_return_is_filmed(cli, home):
     run_id = out.splitlines()[0].split()[1][:-1]
     videos = sorted((home / run_id / "seeds" / "3" / "videos").glob("*.mp4"))
     assert [v.name for v in videos] == ["step_000000512.mp4"]
+
+
+def test_an_env_whose_render_fails_trains_on_and_watch_says_why_in_one_line(cli, home):
+    """The user's render() raising (here an OverflowError in their own code) used to fail the
+    seed at its first video and give `backflip watch` a traceback."""
+    env = ["--env", "tests.fault_envs:RenderBreaks-v0", "--seeds", "1", "--steps", "2048"]
+    proc = cli("train", "ppo", *env, "--set", "video_every=1024", "--json", "--no-progress")
+    record = json.loads(proc.stdout)
+    assert record["status"] == "finished" and record["seeds"][0]["status"] == "finished"
+    log = (home / record["id"] / "seeds" / "0" / "stderr.log").read_text().splitlines()
+    said = [line for line in log if "not recorded" in line]  # once, not at every evaluation
+    assert len(said) == 1 and "video at step 1,024 not recorded, and no more" in said[0]
+    assert "RenderBreaks-v0's render() failed: OverflowError" in said[0]
+    watch = cli("watch", "last", check=False)
+    assert watch.returncode == 2 and "Traceback" not in watch.stderr, watch.stderr
+    assert watch.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "render() failed: OverflowError" in watch.stderr
