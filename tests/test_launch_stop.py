@@ -72,6 +72,9 @@ def test_max_steps_stops_at_equal_steps_with_the_budgets_schedule(cli, home):
             if int(s) < upto and n in keep  # the stop step holds the final row too
         ]  # fmt: skip
 
+    from backflip.doctor.sources import load_run as load_seeds
+
+    assert load_seeds(home / cut["id"])[1][0].budget == 4096  # the doctor's horizon: the stop
     assert rows(cut, seed["steps"]) == rows(full, seed["steps"])  # the same schedule
     assert rows(cut, seed["steps"]) != rows(short, seed["steps"])  # not a shorter budget's
 

@@ -22,7 +22,7 @@ from collections import defaultdict
 import numpy as np
 
 from backflip.doctor import diagnose
-from backflip.doctor.series import RunData
+from backflip.doctor.series import RunData, planned_steps
 from backflip.returns import is_preference_run
 
 
@@ -45,7 +45,7 @@ class LiveDoctor:
             env_id=cfg.env_id,
             hp=dataclasses.asdict(cfg.hp),
             env_opts=dataclasses.asdict(cfg.env),
-            budget=cfg.steps,
+            budget=planned_steps({"steps": cfg.steps, "run": dataclasses.asdict(cfg.run)}),
             prefs=cfg.prefs.to_dict() if cfg.prefs is not None else {},
         )
         self.preference = cfg.kind == "prefs"

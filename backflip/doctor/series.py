@@ -215,6 +215,13 @@ def mad(values: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(v - np.median(v)))) if len(v) else math.nan
 
 
+def planned_steps(config: dict) -> int | None:
+    """The env steps a seed was planned to train: its budget, or where `run.max_steps` stops it
+    (its schedules keep the budget's length, but training ends there)."""
+    steps, stop = config.get("steps"), (config.get("run") or {}).get("max_steps")
+    return min(steps, stop) if steps and stop else steps
+
+
 def fmt(x: float, digits: int = 3) -> str:
     """A compact number for messages: 0.0123, 1.2e-08, 4.5e+04, 500."""
     if x is None or not np.isfinite(x):

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backflip.doctor.series import RunData
+from backflip.doctor.series import RunData, planned_steps
 from backflip.errors import UserError
 from backflip.returns import is_preference_run
 from backflip.runs.layout import EPISODES, METRICS, RUN_JSON, STATUS, TRUE_EPISODES
@@ -145,7 +145,7 @@ def load_seed(folder: Path, config: dict | None = None, label: str | None = None
         env_id=config.get("env_id"),
         hp=config.get("hp", {}),
         env_opts=config.get("env", {}),
-        budget=config.get("steps"),
+        budget=planned_steps(config),
         status=status,
         learned_reward=is_preference_run(config, metrics),
         prefs=config.get("prefs") or {},
