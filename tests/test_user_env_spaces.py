@@ -247,3 +247,35 @@ def test_box_actions_of_several_axes_are_emitted_flat_and_reshaped(cli, algo):
     assert record["status"] == "finished", proc.stderr
     if algo == "sac":
         assert record["seeds"][0]["final_eval_return"] >= -2
+
+
+def test_an_envs_own_vector_env_is_used_only_when_its_spaces_need_no_adapting():
+    """A vector entry point hands over raw spaces: one whose observations need one-hot (or whose
+    actions need joining) is replaced by copies of the adapted env."""
+    from backflip.envs import make_vec
+
+    class Walk(gym.Env):
+        observation_space = gym.spaces.Discrete(5)
+        action_space = gym.spaces.MultiDiscrete([2, 2])
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return 0, {}
+
+        def step(self, action):
+            return int(action[0]), 0.0, False, False, {}
+
+    def vector(num_envs, **kwargs):
+        return gym.vector.SyncVectorEnv([Walk for _ in range(num_envs)])
+
+    gym.register("test/VecWalk-v0", entry_point=Walk, vector_entry_point=vector)
+    try:
+        envs = make_vec("test/VecWalk-v0", 4)
+        assert envs.single_observation_space == gym.spaces.Box(0.0, 1.0, (5,), np.float32)
+        assert envs.single_action_space == gym.spaces.Discrete(4)
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (4, 5) and (obs.sum(1) == 1).all()
+        obs, *_ = envs.step(np.array([3, 2, 1, 0]))  # joint 3 = [1, 1]: walks to 1
+        assert obs.argmax(1).tolist() == [1, 1, 0, 0]
+    finally:
+        gym.registry.pop("test/VecWalk-v0")

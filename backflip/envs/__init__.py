@@ -360,25 +360,33 @@ def make_vec(
         and render_mode is None
     ):
         env = gym.make_vec(spec.id, num_envs=num_envs, vectorization_mode="vector_entry_point")
-    elif (
+        if read_as_is(env.single_observation_space, env.single_action_space):
+            return env
+        env.close()  # its spaces need adapting (one-hot, flattening, joint actions): below
+    if (
         not evaluation
         and wrap is None
         and render_mode is None
         and atari.vector_env_fits(spec, opts)
     ):
-        env = atari.vector_env(spec, num_envs, opts)
-    else:
-        env = gym.vector.SyncVectorEnv(
-            # a partial, not a lambda: the envs pickle into checkpoints (exact resume)
-            [
-                functools.partial(
-                    make_env, env_id, opts, render_mode, evaluation=evaluation, wrap=wrap
-                )
-                for _ in range(num_envs)
-            ],
-            autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
-        )
-    return env
+        return atari.vector_env(spec, num_envs, opts)
+    return gym.vector.SyncVectorEnv(
+        # a partial, not a lambda: the envs pickle into checkpoints (exact resume)
+        [
+            functools.partial(make_env, env_id, opts, render_mode, evaluation=evaluation, wrap=wrap)
+            for _ in range(num_envs)
+        ],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+
+
+def read_as_is(obs: gym.Space, act: gym.Space) -> bool:
+    """Whether the networks read these spaces without `adapt_observations`/`adapt_actions`: a
+    one-axis float32 Box of observations, and Discrete actions from 0 or a one-axis Box."""
+    vector = isinstance(obs, gym.spaces.Box) and len(obs.shape) == 1 and obs.dtype == np.float32
+    if isinstance(act, gym.spaces.Discrete):
+        return vector and int(act.start) == 0
+    return vector and isinstance(act, gym.spaces.Box) and len(act.shape) == 1
 
 
 def snapshot_envs(envs: gym.vector.VectorEnv) -> bytes | None:
