@@ -279,3 +279,18 @@ def test_an_envs_own_vector_env_is_used_only_when_its_spaces_need_no_adapting():
         assert obs.argmax(1).tolist() == [1, 1, 0, 0]
     finally:
         gym.registry.pop("test/VecWalk-v0")
+
+
+def test_a_scalar_observation_is_a_vector_of_one_number(cli):
+    """Box(-1, 1, ()) crashed every network ('mat1 and mat2 shapes cannot be multiplied');
+    flattened to (1,) it trains: PPO seed 0 reaches the best return, 20."""
+    import json
+
+    from tests.user_envs import Sign  # noqa: F401 — registers Sign-v0
+
+    env = make_env("Sign-v0")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == (1,) and obs.shape == (1,)
+    proc = cli("train", "ppo", "--env", "tests.user_envs:Sign-v0", "--seeds", "1",
+               "--steps", "5000", "--json", "--no-progress")  # fmt: skip
+    assert json.loads(proc.stdout)["seeds"][0]["final_eval_return"] >= 19

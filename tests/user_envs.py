@@ -106,3 +106,26 @@ class Reach2x2(gym.Env):
 
 
 gym.register("Reach2x2-v0", entry_point=Reach2x2, max_episode_steps=20)
+
+
+class Sign(gym.Env):
+    """A scalar observation, Box(-1, 1, ()): reward 1 for the action that matches its sign; 20
+    steps (best return 20, random 10)."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1, 1, (), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.x = np.float32(0)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = np.float32(self.np_random.uniform(-1, 1))
+        return np.array(self.x), {}
+
+    def step(self, action):
+        reward = float((self.x > 0) == bool(action))
+        self.x = np.float32(self.np_random.uniform(-1, 1))
+        return np.array(self.x), reward, False, False, {}
+
+
+gym.register("Sign-v0", entry_point=Sign, max_episode_steps=20)

@@ -194,7 +194,7 @@ class ImageObservation(gym.ObservationWrapper):
 def observation_layout(space: gym.Space, layout: str = "auto") -> str:
     """What backflip makes of an observation space: `vector` (a Box of numbers, as it is),
     `channels_first` or `channels_last` (a frame), `one_hot` (Discrete), `flatten` (Tuple, Dict,
-    MultiDiscrete, MultiBinary or a small matrix: Gymnasium's `FlattenObservation`, discrete
+    MultiDiscrete, MultiBinary, a scalar or a small matrix: Gymnasium's `FlattenObservation`, discrete
     parts one-hot). `layout` (`env.obs_layout`) overrides the guess for a 2-D or 3-D Box.
     Raises ValueError, with the reason, for a space no network here can read."""
     if isinstance(space, gym.spaces.Discrete):
@@ -205,7 +205,9 @@ def observation_layout(space: gym.Space, layout: str = "auto") -> str:
             if layout != "vector" and len(shape) not in (2, 3):
                 raise ValueError(f"env.obs_layout={layout} needs 2-D or 3-D observations")
             return "flatten" if layout == "vector" and len(shape) > 1 else layout
-        if len(shape) <= 1:
+        if len(shape) == 0:
+            return "flatten"  # a scalar: a vector of one number
+        if len(shape) == 1:
             return "vector"
         if len(shape) > 3:
             return "flatten"
