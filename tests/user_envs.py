@@ -129,3 +129,27 @@ class Sign(gym.Env):
 
 
 gym.register("Sign-v0", entry_point=Sign, max_episode_steps=20)
+
+
+class Aim(gym.Env):
+    """A scalar action, Box(-1, 1, ()): reward −(a − x)², x the observation; 20 steps."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+        self.action_space = gym.spaces.Box(-1, 1, (), np.float32)
+        self.x = np.zeros(1, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-1, 1, 1).astype(np.float32)
+        return self.x, {}
+
+    def step(self, action):
+        action = np.asarray(action)
+        assert action.shape == (), action.shape
+        reward = -float((action - self.x[0]) ** 2)
+        self.x = self.np_random.uniform(-1, 1, 1).astype(np.float32)
+        return self.x, reward, False, False, {}
+
+
+gym.register("Aim-v0", entry_point=Aim, max_episode_steps=20)

@@ -281,14 +281,15 @@ def make_env(
 
 
 def adapt_actions(env: gym.Env, env_id: str = "") -> gym.Env:
-    """The env with actions backflip's policies emit: a Box of several axes flattened (and each
-    action reshaped back); a MultiDiscrete or MultiBinary space of
+    """The env with actions backflip's policies emit: a scalar Box, or one of several axes, as a
+    flat vector (each action reshaped back: Gymnasium's `TransformAction`); a MultiDiscrete or
+    MultiBinary space of
     at most `wrappers.MAX_JOINT_ACTIONS` combinations as one Discrete over them, a Discrete
     that starts elsewhere than 0 shifted to 0 (`wrappers.JointDiscreteAction`, exact); a larger
     one is a UserError naming its size."""
     space = env.action_space
-    if isinstance(space, gym.spaces.Box) and len(space.shape) > 1:
-        # a Box of several axes as the flat vector the policies emit (Gymnasium's wrapper)
+    if isinstance(space, gym.spaces.Box) and len(space.shape) != 1:
+        # a scalar, or a Box of several axes, as the flat vector the policies emit
         flat = gym.spaces.Box(space.low.ravel(), space.high.ravel(), dtype=space.dtype)
         return gym.wrappers.TransformAction(
             env, lambda a, shape=space.shape: np.asarray(a).reshape(shape), flat
