@@ -77,7 +77,12 @@ def figure(groups: dict[str, list[dict]], path: Path, title: str) -> None:
             continue
         curve = aggregate_curves([s["curve"] for s in seeds if len(s["curve"][0])])
         f = lambda k, c=curve: np.array([np.nan if v is None else v for v in c[k]], float)  # noqa: E731
-        ax.plot(curve["step"], f("iqm"), color=colors[name], label=f"{name} ({len(seeds)} seeds)")
+        ax.plot(
+            curve["step"],
+            f("iqm"),
+            color=colors[name],
+            label=f"{name} ({len(seeds)} seed{'s' * (len(seeds) != 1)})",
+        )
         ax.fill_between(curve["step"], f("low"), f("high"), color=colors[name], alpha=0.2, lw=0)
         finals = [s["greedy"] for s in seeds if s["greedy"] is not None]
         bx.scatter(np.full(len(finals), x) + np.linspace(-0.1, 0.1, len(finals)), finals,
@@ -120,9 +125,11 @@ def main() -> None:
             print(f"  {s['seed']:>4} {s['steps'] or 0:>10,} {greedy:>7} {games:24} {true:>9} "
                   f"{s['labels'] or '-':>6} {s['wall_min']:6.1f} min  {s['run']}")  # fmt: skip
         agg = summarize([s["greedy"] for s in seeds])
-        if agg["n"]:
+        if agg["n"] >= 2:
             print(f"  final greedy IQM {agg['iqm']:.1f} [95% CI {agg['ci_low']:.1f}, "
                   f"{agg['ci_high']:.1f}], n = {agg['n']}")  # fmt: skip
+        elif agg["n"]:
+            print(f"  final greedy {agg['iqm']:.1f} (one seed: no interval)")
     if args.figure:
         figure(groups, args.figure, f"{args.env}: seeds at equal agent steps")
     if args.json:
