@@ -112,6 +112,9 @@ gym.register("CrashAfterEzPickle-v0", entry_point=CrashAfterEzPickle, kwargs={"a
 gym.register("MultiDiscreteActions-v0", entry_point=MultiDiscreteActions, max_episode_steps=10)
 gym.register("InfiniteBoxActions-v0", entry_point=InfiniteBoxActions, max_episode_steps=10)
 gym.register("RenderBreaks-v0", entry_point=RenderBreaks, max_episode_steps=10)
+# an env whose entry point's module needs a package that is not installed (Gymnasium's own
+# `tabular/*` and `phys2d/*` ids without jax)
+gym.register("NeedsMissingPackage-v0", entry_point="backflip_no_such_package.envs:Env")
 gym.register("EndlessReward-v0", entry_point=EndlessReward, max_episode_steps=5)
 gym.register("EndlessRewardBox-v0", entry_point=EndlessRewardBox, max_episode_steps=5)
 

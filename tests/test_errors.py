@@ -46,6 +46,17 @@ def test_action_space_the_algorithm_cannot_handle(cli):
     )
 
 
+@pytest.mark.parametrize("command", [("train", "ppo"), ("prefs", "train", "ppo"), ("preflight",)])
+def test_an_env_that_needs_a_package_not_installed(cli, command):
+    """Gymnasium's `tabular/Blackjack-v0` without jax printed ModuleNotFoundError's traceback."""
+    env = "tests.fault_envs:NeedsMissingPackage-v0"
+    args = (*command, env) if command == ("preflight",) else (*command, "--env", env)
+    assert_clean_error(
+        cli(*args, check=False),
+        "NeedsMissingPackage-v0 cannot be made: it needs the module 'backflip_no_such_package'",
+    )
+
+
 @pytest.mark.parametrize("algo", ["sac", "td3", "ddpg", "cem"])
 def test_actions_squashed_into_infinite_bounds_are_refused(cli, algo):
     """Squashed into Box(-inf, inf) every action was NaN, and the seed failed blaming a

@@ -103,3 +103,27 @@ def test_an_env_whose_render_fails_trains_on_and_watch_says_why_in_one_line(cli,
     assert watch.returncode == 2 and "Traceback" not in watch.stderr, watch.stderr
     assert watch.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "render() failed: OverflowError" in watch.stderr
+
+
+def test_mujoco_draws_its_frames_on_a_machine_without_a_display():
+    """Without a display Gymnasium tried GLFW, which opened but could not draw: a person
+    labeling Hopper got frames drawn from its observation vector, and videos failed. EGL
+    renders off-screen (`envs.make_env` chooses it where no display is set)."""
+    import ctypes.util
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("mujoco")
+    if ctypes.util.find_library("EGL") is None:
+        pytest.skip("no EGL library on this machine (Debian: libegl1)")
+    code = (
+        "from backflip.envs import make_env\n"
+        "env = make_env('Hopper-v5', render_mode='rgb_array'); env.reset(seed=0)\n"
+        "frame = env.render(); print(frame.shape, frame.dtype, frame.std() > 10)"
+    )
+    bare = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    bare.pop("MUJOCO_GL", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=bare, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[0] == "(480, 480, 3) uint8 True", proc.stdout

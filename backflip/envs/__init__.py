@@ -245,10 +245,18 @@ def make_env(
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+        if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+            # MuJoCo without a display: Gymnasium tries GLFW first, which opens but cannot
+            # draw there (a person's clips fell back to the observation vector); EGL renders
+            # off-screen (read when the env's first renderer is made)
+            os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         env = gym.make(env_id, **kwargs)
     except gym.error.DependencyNotInstalled as e:
         raise UserError(f"{env_id} needs an extra dependency: {e}") from None
+    except ImportError as e:  # its entry point's module, or a package that module needs
+        what = f"the module {e.name!r}, which is not installed" if e.name else str(e)
+        raise UserError(f"{env_id} cannot be made: it needs {what}") from None
     if atari.is_ale(spec) and opts.atari:
         for message in atari.protocol_warnings(spec):
             warnings.warn(message, AtariProtocolWarning, stacklevel=2)
