@@ -369,6 +369,34 @@ def test_labels_asked_scale_with_the_budget_and_are_said_before_the_run(tmp_path
     assert given.prefs.labels == 300  # what the person asked for is kept
 
 
+def test_a_budget_shorter_than_the_tick_interval_still_asks_its_labels_while_training(home):
+    """`--steps 2000` against 2,048-step ticks held no tick: the labels due while the policy
+    trained were never asked, and the doctor said `prefs-starved`. The interval is fitted to
+    the budget and said; one given is kept."""
+    import json
+    import subprocess
+    import sys
+
+    from backflip.commands.prefs import MIN_TICKS
+
+    argv = ("prefs", "train", "sac", "--env", "Pendulum-v1", "--steps", "2000", "--labels", "20")
+    cfg, notes = build(home, *argv)
+    assert cfg.prefs.tick_steps == 1600 // MIN_TICKS  # the labels are due by 0.8 of 2,000
+    assert any(n.startswith("ticks: every 400 steps (prefs.tick_steps), not 2,048") for n in notes)
+    given, _ = build(home, *argv, "--set", "prefs.tick_steps=5000")
+    assert given.prefs.tick_steps == 5000
+    assert build(home, *argv[:-4], "--steps", "100000")[0].prefs.tick_steps == 2048
+
+    out = subprocess.run(
+        [sys.executable, "-m", "backflip", *argv, "--seeds", "1", "--no-progress", "--json",
+         "--home", str(home)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    record = json.loads(out)
+    assert record["seeds"][0]["labels"] == 20
+    assert "prefs-starved" not in {f["rule"] for f in record["findings"]}
+
+
 @pytest.mark.slow
 def test_a_stop_while_a_person_s_first_labels_are_awaited_keeps_them_and_resume_goes_on(home):
     """SIGINT while the seed waits for its person's first labels: `interrupted` (not failed),

@@ -72,6 +72,25 @@ def test_the_policy_and_the_reward_model_get_networks_that_fit(env_id, cnn, rewa
     assert model.reward(obs, np.array([0, 1, 0])).shape == (3,)
 
 
+@pytest.mark.parametrize(
+    ("env_id", "budget"), [("test/Grid10Bool-v0", False), ("test/Frame210Last-v0", True)]
+)
+def test_large_frames_get_the_reward_cnn_a_cpu_can_train(env_id, budget):
+    """A 3,000-step look at ALE/Breakout-v5 (no preset) had ~40 minutes of pretraining ahead
+    on the vector defaults: frames the keypoints CNN reads get the CPU Atari preset's
+    budget (every 4th frame, 150 pretraining updates, 1 per 1,000 steps), each with why."""
+    from backflip.prefs.derive import FRAME_BUDGET, derived_settings, look
+    from backflip.prefs.presets import CPU_ATARI
+
+    derived = derived_settings(look(env_id, None), 100_000)
+    for key, (value, _) in FRAME_BUDGET.items():
+        assert CPU_ATARI["prefs"][key.removeprefix("prefs.")] == value  # one budget, the preset's
+        if budget:
+            assert derived[key][0] == value and "210x160 frames" in derived[key][1]
+        else:  # 3x3 convolutions on a 10x10 grid cost little: the defaults
+            assert key not in derived
+
+
 def test_a_cnn_too_large_for_the_frames_is_refused_in_one_line(cli, home):
     for head, setting, says in (
         (("train", "ppo"), "cnn=nature", "cnn=nature needs frames of at least 36x36"),

@@ -121,14 +121,15 @@ def build(args, home, notes: list[str] | None = None):
     from backflip.prefs.derive import look
     from backflip.prefs.presets import PRESETS
 
+    derived = None
     cfg = resolved()
     facts = look(cfg.env_id, cfg.env)
     if cfg.env_id not in PRESETS:  # an env without a preset: settings derived from the env
-        derived = env_settings(cfg, facts)
-        env_before = cfg.env
-        cfg = resolved({k: v for k, (v, _) in derived.items()})
+        why = env_settings(cfg, facts)
+        env_before, derived = cfg.env, {k: v for k, (v, _) in why.items()}
+        cfg = resolved(derived)
         if notes is not None:
-            notes += derived_lines(cfg, derived)
+            notes += derived_lines(cfg, why)
         if cfg.env != env_before:  # a time limit given: look at the episodes it makes
             facts = look(cfg.env_id, cfg.env)
     elif "prefs.labels" not in {**file_values, **sets}:  # a preset's budget, scaled to --steps
@@ -142,12 +143,44 @@ def build(args, home, notes: list[str] | None = None):
                     f"labels: the {cfg.prefs.preset} preset's {preset_labels:,} for "
                     f"{preset_steps:,} steps, scaled to {cfg.steps:,} steps: {labels:,}"
                 )
+    if "prefs.tick_steps" not in {**file_values, **sets} and (ticks := fitted_ticks(cfg)):
+        sets["prefs.tick_steps"] = ticks
+        before, cfg = cfg.prefs.tick_steps, resolved(derived)
+        if notes is not None:
+            notes.append(
+                f"ticks: every {ticks:,} steps (prefs.tick_steps), not {before:,}: the labels "
+                f"due while the policy trains are asked at ticks, and {before:,} would fit fewer "
+                f"than {MIN_TICKS} into the {label_window(cfg):,} steps they are due in"
+            )
     if args.seeds is None and args.seed_list is None:  # 5 for statistics; a person labels each
         args.seeds = 1 if cfg.prefs.labeler == "human" else DEFAULT_SEEDS
     cfg = dataclasses.replace(cfg, seeds=seeds_from(args))
     if notes is not None and (line := action_line(cfg)):
         notes.append(line)
     return fix_horizon(cfg, facts, notes)
+
+
+MIN_TICKS = 4
+"""the fewest ticks a run's label window holds: a shorter budget than its tick interval was
+made for (a 2,000-step look at an env, 2e4 steps of Pong under its 16,384-step ticks) asked the
+labels due while the policy trains late, all at once, or never"""
+
+
+def label_window(cfg) -> int:
+    """The agent steps in which the labels asked while the policy trains fall due."""
+    return int(cfg.steps * cfg.prefs.label_until)
+
+
+def fitted_ticks(cfg) -> int | None:
+    """A tick interval that fits `MIN_TICKS` ticks into the label window, when the configured
+    one does not (None: it does, or no label is asked while the policy trains)."""
+    p = cfg.prefs
+    if p.stage != "full" or not p.labels or p.initial_frac >= 1:
+        return None
+    window = label_window(cfg)
+    if window >= MIN_TICKS * p.tick_steps:
+        return None
+    return max(1, window // MIN_TICKS)
 
 
 def scaled_labels(cfg) -> tuple[int, int, int] | None:

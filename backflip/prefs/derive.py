@@ -152,6 +152,8 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
                 else "3x3 convolutions at full resolution"
             ),
         )
+        if cnn == "keypoints":
+            out.update(reward_cnn_budget(facts.obs_shape))
         if facts.discrete:
             out["prefs.action_input"] = (
                 "heads",
@@ -159,6 +161,31 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
                 "learn a reward that depends on the action)",
             )
     return out
+
+
+# what the reward CNN may cost on frames of `KEYPOINTS_FROM` pixels or more: the CPU Atari
+# preset's budget (presets.py: CPU_ATARI), which kept a Pong run's reward model at a fraction
+# of the policy's time; the vector defaults (every frame, 500 pretraining updates, 10 per 1,000
+# steps) gave a 3,000-step look at ALE/Breakout-v5 an ETA of ~40 minutes of pretraining
+FRAME_BUDGET = {
+    "prefs.frame_stride": (4, "the reward CNN trained on every 4th frame of a clip"),
+    "prefs.pretrain_updates": (150, "150 updates on the first labels before the policy"),
+    "prefs.rm_updates_per_kstep": (1.0, "1 reward-model update per 1,000 agent steps"),
+    "prefs.round_updates": (100, "rounds of up to 100 updates"),
+    "prefs.tick_steps": (16384, "a tick (labels due, a round) every 16,384 agent steps"),
+    "prefs.eval_pairs": (64, "64 held-out pairs validate each round"),
+    "prefs.oversample": (4, "queries chosen among 4x as many candidate pairs"),
+    "prefs.store_size": (400, "the 400 most recent clips kept for queries"),
+}
+
+
+def reward_cnn_budget(obs_shape: tuple[int, ...]) -> dict[str, tuple[object, str]]:
+    """The reward CNN's training budget on large frames, each setting with its reason."""
+    size = f"{obs_shape[1]}x{obs_shape[2]} frames"
+    return {
+        key: (value, f"{why}: {size} (the CPU Atari preset's budget)")
+        for key, (value, why) in FRAME_BUDGET.items()
+    }
 
 
 def horizon_line(facts: EnvFacts, treatment: str, horizon: int, absorb_steps: int = 0) -> str:
@@ -199,6 +226,7 @@ DERIVED_KEYS = (
     "prefs.explore_steps",
     "prefs.cnn",
     "prefs.action_input",
+    *FRAME_BUDGET,
 )
 
 
