@@ -674,6 +674,24 @@ def test_the_horizon_rules_name_survival_bias_and_its_mirror():
     never.learned_reward, never.prefs = True, {"horizon": "variable"}
     assert "prefs-variable-horizon" not in fired(never)
 
+    def variable(seg, true):
+        d = data(
+            prefs__env_terminations=ends,
+            reward_model__segment_corr=np.full(N, seg),
+            prefs__true_return_mean=true,
+        )
+        d.learned_reward, d.prefs = True, {"horizon": "variable"}
+        return fired(d)["prefs-variable-horizon"]
+
+    # Pong from preferences: the games' own ends, a model that tracks the score, a policy
+    # that learned: said, as info; a model that does not track it, or no learning: a warning
+    rising, flat = np.linspace(-21, 5, N), np.full(N, -21.0)
+    healthy = variable(0.86, rising)
+    assert healthy.severity == "info" and "segment correlation 0.86" in healthy.message
+    assert "no sign that the length carried the reward" in healthy.message
+    assert variable(0.09, rising).severity == "warning"  # survival bias: solved, model blind
+    assert variable(0.86, flat).severity == "warning"
+
     def biased(corr, seg, true):
         d = data(
             prefs__len_return_corr=np.full(N, corr),

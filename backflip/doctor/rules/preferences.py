@@ -305,7 +305,10 @@ KOSTRIKOV = "Kostrikov et al. 2019, 'Discriminator-Actor-Critic' (absorbing stat
     entry="20",
     reads=("prefs/env_terminations", "prefs/terminated_frac"),
     threshold="a preference run with prefs.horizon=variable whose env ended at least one "
-    "training episode early (terminated, before its time limit)",
+    "training episode early (terminated, before its time limit); info when the run shows the "
+    "risk did not come true: the reward model's segment correlation with the true reward >= "
+    "0.5 (median over the last quarter of rows, as prefs-length-bias reads it) and the true "
+    "return improved (the Atari presets keep the games' own ends by choice)",
     cause="episodes that end when the env ends them have a length that carries reward: a "
     "learned reward standardized to mean 0 pays for staying alive where it is mostly "
     "positive (survival bias: an env that ends at failure is 'solved' by surviving whatever "
@@ -326,14 +329,35 @@ def prefs_variable_horizon(d: RunData):
         return None
     frac = d.get("prefs/terminated_frac")
     share = f" ({100 * float(frac[1][-1]):.0f}% of the last episodes)" if frac else ""
+    seg, true = late_median(d, "reward_model/segment_corr"), progress(d)
+    tracked = seg is not None and seg >= SEGMENT_TRACKS and true is not None and true.improved
+    said = (
+        f"; the reward model tracks the task (segment correlation {fmt(seg)}) and the "
+        f"{true.describe()}: no sign that the length carried the reward"
+        if tracked
+        else ""
+    )
     return Hit(
-        "warning",
+        "info" if tracked else "warning",
         f"the env ended {int(ends[-1]):,} training episodes early{share} while episodes were "
-        "variable (prefs.horizon=variable): their length can carry the learned reward",
+        f"variable (prefs.horizon=variable): their length can carry the learned reward{said}",
         metric="prefs/env_terminations",
         step=int(steps[-1]),
-        evidence={"terminations": float(ends[-1])},
+        evidence={"terminations": float(ends[-1]), "segment_corr": seg},
     )
+
+
+SEGMENT_TRACKS = 0.5
+"""the reward model's segment correlation with the true reward at and above which it is taken
+to track the task (prefs-variable-horizon, prefs-length-bias)"""
+
+
+def late_median(d: RunData, name: str) -> float | None:
+    """The median of a series over the last quarter of its finite rows (at least 3)."""
+    if (s := d.get(name)) is None:
+        return None
+    _, v = finite(s)
+    return float(np.median(v[-max(len(v) // 4, 3) :])) if len(v) else None
 
 
 @rule(
@@ -471,14 +495,9 @@ def prefs_length_bias(d: RunData):
     late = float(np.median(corr[-max(len(corr) // 4, 3) :]))
     if abs(late) < 0.8:
         return None
-    seg = d.get("reward_model/segment_corr")
-    seg_late = None
-    if seg is not None:
-        _, sv = finite(seg)
-        if len(sv):
-            seg_late = float(np.median(sv[-max(len(sv) // 4, 3) :]))
-            if seg_late >= 0.5:
-                return None
+    seg_late = late_median(d, "reward_model/segment_corr")
+    if seg_late is not None and seg_late >= SEGMENT_TRACKS:
+        return None
     survival = late > 0
     what = (
         "survival bias: longer episodes earn more learned return, so the agent is paid for "
