@@ -11,6 +11,8 @@ from __future__ import annotations
 from backflip.algos import get_algo
 from backflip.config import action_defaults, format_value, resolve
 
+KIND_WORDS = {"box": "its Box actions", "discrete": "its Discrete actions", "atari": "Atari games"}
+
 
 def _action(algo: str, env_id: str) -> str | None:
     """The env's action-space kind where `algo` has settings by action space and no preset for
@@ -47,7 +49,6 @@ def action_line(cfg) -> str | None:
         for k, v in taken.items()
     ]
     return (
-        f"{cfg.env_id} has no {cfg.algo} preset: the settings for its {action.capitalize()} "
-        f"actions (algos/settings/{cfg.algo}.py: ACTION_DEFAULTS; --set overrides each): "
-        + ", ".join(said)
+        f"{cfg.env_id} has no {cfg.algo} preset: the settings for {KIND_WORDS.get(action, action)} "
+        f"(algos/settings/{cfg.algo}.py: ACTION_DEFAULTS; --set overrides each): " + ", ".join(said)
     )

@@ -166,6 +166,24 @@ def test_an_env_without_a_preset_gets_settings_from_its_action_space():
     assert action_line(preset) is None and action_line(resolve("ppo", "Acrobot-v1", [0], 1)) is None
 
 
+@pytest.mark.parametrize("env_id", ["ALE/Breakout-v5", "MsPacmanNoFrameskip-v4"])
+def test_an_atari_game_without_a_preset_takes_the_ppo_papers_atari_settings(env_id):
+    """`ALE/Breakout-v5` (Gymnasium's recommended id) and the games beyond the seven presets
+    got PPO's CartPole defaults: 20 epochs of the CNN per 8 x 32 steps."""
+    pytest.importorskip("ale_py")
+    from backflip.algos.settings.ppo import ATARI
+    from backflip.runconfig import action_line, resolve_on_env
+
+    cfg = resolve_on_env("ppo", env_id, [0], 10_000)
+    for key, value in ATARI.items():
+        if key != "steps":
+            assert getattr(cfg.hp, key) == value, key
+    assert cfg.steps == 10_000  # the budget stays the run's
+    line = action_line(cfg)
+    assert f"{env_id} has no ppo preset: the settings for Atari games" in line
+    assert "num_steps=128" in line and "epochs=3" in line
+
+
 def test_a_run_on_an_env_without_a_preset_says_its_derived_settings_and_reproduces_them(
     tmp_path, capsys
 ):

@@ -150,7 +150,8 @@ _ACTION_KINDS: dict[str, str] = {}
 
 
 def action_kind(env_id: str) -> str | None:
-    """ "discrete", "box" (or the space's class name) for the actions of `env_id`, which
+    """ "discrete", "box" (or the space's class name) for the actions of `env_id`, "atari" for
+    an Atari game's (an ALE id: frames under the standard preprocessing), which
     `config.resolve` reads (`action`) for the settings an env without a preset gets from its
     action space (the `env.*` options change observations, rewards and time limits, never the
     actions); None when the env cannot be made here (the launch then says why). Made once per
@@ -161,7 +162,10 @@ def action_kind(env_id: str) -> str | None:
         except Exception:  # noqa: BLE001 — check_supported says why in one line, at launch
             return None
         try:
-            _ACTION_KINDS[env_id] = space_kind(env.action_space)
+            kind = space_kind(env.action_space)
+            if kind == "discrete" and atari.is_ale(check_env_id(env_id)):
+                kind = "atari"  # a game's frames and joystick, under the standard preprocessing
+            _ACTION_KINDS[env_id] = kind
         finally:
             env.close()
     return _ACTION_KINDS[env_id]

@@ -134,7 +134,11 @@ PRESETS.update(probe_presets())
 # launch): the `Config` defaults are rl-zoo's CartPole-v1 entry, tuned for discrete actions; a
 # Box takes the continuous-control settings above (SB3's PPO defaults are the same). Hopper-v4,
 # 1e5 steps, seeds 0-1: greedy 571 with these against 321 with the CartPole ones.
-ACTION_DEFAULTS = {"box": CONTINUOUS}
+# An Atari game without a preset (any ALE id under the standard preprocessing: `ALE/*-v5`, the
+# ids Gymnasium recommends, and every game beyond the seven above) takes the PPO paper's Atari
+# settings, its budget left to the run: on the CartPole defaults (8 x 32 steps, 20 epochs) the
+# CNN did 20 forward-backward passes per agent step.
+ACTION_DEFAULTS = {"box": CONTINUOUS, "atari": {k: v for k, v in ATARI.items() if k != "steps"}}
 
 # `backflip bench`'s reference envs: the presets' classic-control envs (Atari's 10M steps per seed
 # are days of CPU)
