@@ -63,6 +63,18 @@ def test_scaled_observations_and_rewards_are_flagged(cli):
     assert out["report"]["random_policy"]["truncated"] == 3  # Pendulum only ends at its limit
 
 
+@pytest.mark.parametrize(("env_id", "slots"), [("Taxi-v4", 500), ("Blackjack-v1", 32 + 11 + 2)])
+def test_one_hot_slots_a_random_look_never_lit_are_unseen_values_not_dead_dimensions(
+    cli, env_id, slots
+):
+    """Taxi's 500 states one-hot: a warning that 280 'dimensions carry no information'."""
+    found = rules(preflight(cli, env_id))
+    assert "preflight-obs-constant" not in found
+    unseen = found["preflight-obs-values-unseen"]
+    assert unseen["severity"] == "info" and f"of the {slots} one-hot slots" in unseen["message"]
+    assert 0 < len(unseen["evidence"]["dims"]) < slots
+
+
 def test_a_random_policy_that_never_sees_a_different_reward(cli):
     found = rules(preflight(cli, "MountainCar-v0", "--episodes", "3"))
     assert found["preflight-no-signal"]["severity"] == "warning"

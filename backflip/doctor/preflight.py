@@ -95,7 +95,7 @@ def preflight(
     _check_atari(report, spec)
     _run_checker(report, spec)
     frames = _rollouts(report, env, episodes, max_steps, seed)
-    _check_observations(report, env.observation_space, frames)
+    _check_observations(report, env.observation_space, frames, one_hot_dims(env))
     _check_determinism(report, env_id, opts, seed)
     env.close()
     if frames["images"] is not None:
@@ -314,7 +314,39 @@ def _is_image(space) -> bool:
     )
 
 
-def _check_observations(report: Preflight, space, frames: dict) -> None:
+def one_hot_dims(env: gym.Env) -> np.ndarray | None:
+    """Which of the networks' observation dimensions are one-hot slots of a discrete part of
+    the env's own observation (`envs.adapt_observations` flattens Discrete, Tuple and Dict
+    spaces as Gymnasium's `flatten` does: Discrete and MultiDiscrete parts one-hot, Dict keys
+    sorted), or None when the env's observation needed no flattening."""
+    raw = env.unwrapped.observation_space
+
+    def mask(space) -> list[bool] | None:
+        if isinstance(space, gym.spaces.Discrete):
+            return [True] * int(space.n)
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            return [True] * int(np.sum(space.nvec))
+        if isinstance(space, gym.spaces.Box | gym.spaces.MultiBinary):
+            return [False] * int(np.prod(space.shape))
+        if isinstance(space, gym.spaces.Tuple | gym.spaces.Dict):
+            parts = (
+                [mask(s) for s in space.spaces.values()]
+                if isinstance(space, gym.spaces.Dict)
+                else [mask(s) for s in space.spaces]
+            )
+            return None if any(m is None for m in parts) else [x for m in parts for x in m]
+        return None
+
+    if isinstance(raw, gym.spaces.Box):
+        return None
+    m = mask(raw)
+    shape = env.observation_space.shape
+    return np.array(m) if m is not None and shape is not None and len(m) == np.prod(shape) else None
+
+
+def _check_observations(
+    report: Preflight, space, frames: dict, one_hot: np.ndarray | None = None
+) -> None:
     if frames["images"] is not None:
         imgs = np.stack(frames["images"]).astype(np.float64)
         report.observations = {
@@ -354,6 +386,10 @@ def _check_observations(report: Preflight, space, frames: dict) -> None:
     report.observations = {"image": False, "dims": dims[:MAX_DIMS], "n_dims": len(dims)}
     huge = [d for d in dims if abs(d["mean"]) > 5 or d["std"] > 5]
     constant = [d for d in dims if d["std"] == 0]
+    # a one-hot slot a random policy's short look never lit is a value it did not reach (Taxi's
+    # 500 states), not a dimension without information
+    unvisited = [d for d in constant if one_hot is not None and one_hot[d["dim"]]]
+    constant = [d for d in constant if not (one_hot is not None and one_hot[d["dim"]])]
     unbounded = [
         d for d in dims if not (math.isfinite(d["low_bound"]) and math.isfinite(d["high_bound"]))
     ]
@@ -379,6 +415,16 @@ def _check_observations(report: Preflight, space, frames: dict) -> None:
             "information (or the random policy never moves them)",
             metric="observation",
             dims=[d["dim"] for d in constant],
+        )
+    if unvisited:
+        report.add(
+            "obs-values-unseen",
+            "info",
+            f"{len(unvisited)} of the {int(one_hot.sum())} one-hot slots of the env's discrete "
+            f"observation were never seen under a random policy ({_dim_list(unvisited)}): "
+            "values it did not reach in this look (a policy that learns will see more)",
+            metric="observation",
+            dims=[d["dim"] for d in unvisited],
         )
     if unbounded:
         report.add(
