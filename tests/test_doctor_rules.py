@@ -350,6 +350,18 @@ def test_preference_rules():
     assert "prefs-starved" not in fired(done)  # the schedule asked for no more
     owed = data(prefs__labels_per_s=labels, prefs__label_debt=np.linspace(0, 40, N))
     assert "prefs-starved" in fired(owed)
+    # CEM: the pipeline's rows while the reward model pretrains share step 0, and one
+    # generation of 64k steps logs its first row at its end: not ten starved rows
+    steps = np.r_[np.zeros(11), 63_936.0, 63_936.0]
+    segs = np.r_[260.0, np.zeros(12)]
+    cem = RunData("seed 0", {"prefs/segments_per_s": (steps, segs)}, budget=63_936)
+    assert "prefs-starved" not in fired(cem)
+    stalled = RunData(  # the same rows, then the store stops for three more rows
+        "seed 0",
+        {"prefs/segments_per_s": (np.r_[steps, 7e4, 8e4, 9e4], np.r_[segs, 0.0, 0.0, 0.0])},
+        budget=90_000,
+    )
+    assert fired(stalled)["prefs-starved"].metric == "prefs/segments_per_s"
     assert "reward-model-fit" in fired(data(reward_model__val_train_loss_ratio=np.full(N, 2.5)))
     # the adaptive L2 (1.2× a round toward the 1.1–1.5 band): falling toward its floor, or at
     # it, with a ratio near 1 is the pipeline at work (quiet); an L2 that does not move is not

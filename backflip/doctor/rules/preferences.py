@@ -31,7 +31,10 @@ def _starved(d: RunData, name: str):
     if len(v) < 5 or not (v > 0).any():
         return None
     last_pos = int(np.flatnonzero(v > 0)[-1])
-    zeros = len(v) - 1 - last_pos
+    # rows at later steps only: the pipeline's rows while the reward model pretrains share the
+    # step before the policy's first (CEM's one generation of 64k steps logs no row until its
+    # end: ten pretraining rows at step 0 read as ten starved ones)
+    zeros = len(np.unique(steps[last_pos + 1 :][steps[last_pos + 1 :] > steps[last_pos]]))
     span = steps[-1] - steps[last_pos]
     if zeros >= 3 and span >= 0.1 * max(d.end, 1):
         return steps[last_pos], zeros, span
@@ -42,8 +45,8 @@ def _starved(d: RunData, name: str):
     "prefs-starved",
     entry="19",
     reads=("prefs/labels_per_s", "prefs/segments_per_s", "prefs/label_debt"),
-    threshold="labels/s or segments/s was positive, then 0 on ≥ 3 rows spanning ≥ 10% of "
-    "training while training went on (for labels: only while labels are owed, "
+    threshold="labels/s or segments/s was positive, then 0 on rows at ≥ 3 later steps "
+    "spanning ≥ 10% of training while training went on (for labels: only while labels are owed, "
     "prefs/label_debt > 0, when it is logged, and only from a synthetic labeler: a person's "
     "pace, or labeling a person ended, is not a starved queue)",
     cause="a starved queue: the segment store or query queue stopped delivering (Rahtz: once "
