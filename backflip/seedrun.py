@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from backflip.config import TrainConfig, check_device
-from backflip.envs import make_vec
+from backflip.envs import episode_limit, make_vec
 from backflip.envs.wrappers import FiniteObservations
 from backflip.errors import NonFiniteError, UserError
 from backflip.runs.archive import save_torch
@@ -61,8 +61,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def evaluate(act: Callable[[np.ndarray], np.ndarray], envs, episodes: int, seed: int):
-    """Greedy returns and lengths of one episode on each of `episodes` env copies."""
+# the longest greedy evaluation episode of an env without a time limit: the Atari protocol's
+# 108,000 frames at frame skip 4 (Machado et al. 2018), the longest the field evaluates. Without
+# it an env that never ends its episodes (a continuing task, a greedy policy walking into a
+# wall forever) held the seed in its evaluation for ever, after training had finished
+EVAL_MAX_STEPS = 27_000
+
+
+def evaluate(
+    act: Callable[[np.ndarray], np.ndarray],
+    envs,
+    episodes: int,
+    seed: int,
+    max_steps: int | None = None,
+):
+    """Greedy returns and lengths of one episode on each of `episodes` env copies, each cut
+    after `max_steps` (None: run to their ends; a cut one has that length)."""
     obs, _ = envs.reset(seed=seed)
     running = np.ones(episodes, bool)
     ret, length = np.zeros(episodes), np.zeros(episodes, np.int64)
@@ -71,6 +85,8 @@ def evaluate(act: Callable[[np.ndarray], np.ndarray], envs, episodes: int, seed:
         ret += np.where(running, r, 0.0)
         length += running
         running &= ~(term | trunc)
+        if max_steps is not None and length.max() >= max_steps:
+            break
     return ret, length
 
 
@@ -145,6 +161,7 @@ class SeedRun:
         self._next_video = cfg.run.video_every or math.inf
         self._last_video_step = -1
         self._video_broken = False  # a video failed (no ffmpeg, the env's render): no more
+        self._eval_cut_said = False  # evaluation episodes were cut (an env without a time limit)
         self._next_log: int | None = None  # set by the first log_due call
         every = cfg.run.checkpoint_every or max(1, cfg.steps // 4)
         self._ckpt_every, self._next_ckpt = every, every
@@ -347,12 +364,27 @@ class SeedRun:
             self._eval_envs = self._checked(
                 make_vec(self.env_id, self.opts.eval_episodes, self.env_opts, evaluation=True)
             )
+        limit = None if episode_limit(self.env_id, self.env_opts) else EVAL_MAX_STEPS
         with torch.inference_mode():
             rets, lens = evaluate(
-                act, self._eval_envs, self.opts.eval_episodes, eval_seed(self.seed)
+                act,
+                self._eval_envs,
+                self.opts.eval_episodes,
+                eval_seed(self.seed),
+                limit,
+            )
+        cut = 0 if limit is None else int((lens >= limit).sum())
+        if cut and not self._eval_cut_said:
+            self._eval_cut_said = True
+            self.warn(
+                f"{cut} of {len(lens)} greedy evaluation episodes cut at {EVAL_MAX_STEPS:,} "
+                f"steps: {self.env_id} has no time limit and they did not end (their return "
+                "is up to the cut; env.max_episode_steps=N gives the env one)"
             )
         self.tel.log_stats("eval/return", rets)
         self.tel.log(**{"eval/len_mean": float(lens.mean())})
+        if limit is not None:  # an env without a time limit: how many were cut
+            self.tel.log(**{"eval/cut": float(cut)})
         target = self.opts.target_return
         solved_now = target is not None and rets.mean() >= target and not self.solved
         if solved_now:

@@ -116,6 +116,26 @@ gym.register("RenderBreaks-v0", entry_point=RenderBreaks, max_episode_steps=10)
 # `tabular/*` and `phys2d/*` ids without jax)
 gym.register("NeedsMissingPackage-v0", entry_point="backflip_no_such_package.envs:Env")
 gym.register("EndlessReward-v0", entry_point=EndlessReward, max_episode_steps=5)
+# no time limit at all: its episodes never end (a continuing task)
+gym.register("NeverEnds-v0", entry_point=EndlessReward)
+
+
+class ArrayReward(EndlessReward):
+    """Its reward is a shape-(1,) array, a common slip (`np.array([r])`, a model's output)."""
+
+    def step(self, action):
+        return np.zeros(1, np.float32), np.array([1.0]), False, False, {}
+
+
+class OldGymApi(EndlessReward):
+    """Written for the old Gym API: step returns (obs, reward, done, info)."""
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 1.0, False, {}
+
+
+gym.register("ArrayReward-v0", entry_point=ArrayReward, max_episode_steps=5)
+gym.register("OldGymApi-v0", entry_point=OldGymApi, max_episode_steps=5)
 gym.register("EndlessRewardBox-v0", entry_point=EndlessRewardBox, max_episode_steps=5)
 
 

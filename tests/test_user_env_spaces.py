@@ -317,3 +317,26 @@ def test_a_scalar_observation_is_a_vector_of_one_number(cli):
     proc = cli("train", "ppo", "--env", "tests.user_envs:Sign-v0", "--seeds", "1",
                "--steps", "5000", "--json", "--no-progress")  # fmt: skip
     assert json.loads(proc.stdout)["seeds"][0]["final_eval_return"] >= 19
+
+
+def test_an_env_whose_episodes_never_end_is_evaluated_up_to_a_cut(cli, home):
+    """An env without a time limit whose episodes never end (a continuing task) held its seed
+    in the final greedy evaluation for ever, training long finished."""
+    import json
+
+    from backflip.seedrun import EVAL_MAX_STEPS
+    from backflip.telemetry import read_metrics
+
+    proc = cli("train", "ppo", "--env", "tests.fault_envs:NeverEnds-v0", "--steps", "512",
+               "--seeds", "1", "--set", "eval_episodes=2", "--json", "--no-progress",
+               timeout=180)  # fmt: skip
+    record = json.loads(proc.stdout)
+    seed = record["seeds"][0]
+    assert seed["status"] == "finished"
+    assert seed["final_eval_returns"] == [float(EVAL_MAX_STEPS)] * 2  # reward 1 a step, cut
+    folder = home / record["id"] / "seeds" / "0"
+    said = f"2 of 2 greedy evaluation episodes cut at {EVAL_MAX_STEPS:,} steps"
+    assert said in (folder / "stderr.log").read_text()
+    metrics = read_metrics(folder / "metrics.csv")
+    assert metrics["eval/cut"][1][-1] == 2
+    assert metrics["eval/len_mean"][1][-1] == EVAL_MAX_STEPS
