@@ -57,6 +57,22 @@ def test_an_env_that_needs_a_package_not_installed(cli, command):
     )
 
 
+@pytest.mark.parametrize("command", [("train", "ppo"), ("prefs", "train", "ppo")])
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ("ArrayReward-v0", "step() returned a reward of type ndarray of shape (1,)"),
+        ("OldGymApi-v0", "step() returned a tuple of 4 (ndarray, float, bool, dict) (the old"),
+    ],
+)
+def test_an_env_off_gymnasiums_api_is_named_at_launch(cli, home, command, env, said):
+    """A reward array or the old Gym API's 4-tuple failed the seed with NumPy's "setting an
+    array element with a sequence" or "not enough values to unpack" (a traceback from `prefs`)."""
+    proc = cli(*command, "--env", f"tests.fault_envs:{env}", "--steps", "500", check=False)
+    assert_clean_error(proc, f"tests.fault_envs:{env}'s {said}")
+    assert not list(home.glob("2*")), "refused before a run was created"
+
+
 @pytest.mark.parametrize("algo", ["sac", "td3", "ddpg", "cem"])
 def test_actions_squashed_into_infinite_bounds_are_refused(cli, algo):
     """Squashed into Box(-inf, inf) every action was NaN, and the seed failed blaming a

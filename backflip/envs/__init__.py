@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import numbers
 import os
 import pickle
 import sys
@@ -196,6 +197,7 @@ def check_supported(algo, env_id: str, opts: EnvOptions) -> tuple[int, ...]:
         act, obs = env.action_space, env.observation_space
         # the env's own space, where a small MultiDiscrete/MultiBinary one is read as a Discrete
         own = next((w.joint_of for w in chain(env) if hasattr(w, "joint_of")), act)
+        check_api(env, env_id)
     finally:
         env.close()
     if space_kind(act) not in kinds:
@@ -216,6 +218,55 @@ def check_supported(algo, env_id: str, opts: EnvOptions) -> tuple[int, ...]:
             f"(up to {wrappers.MAX_JOINT_ACTIONS} combinations) for whole-number actions"
         )
     return tuple(obs.shape)
+
+
+def check_api(env: gym.Env, env_id: str) -> None:
+    """A UserError naming what the env's own `reset` and `step` (under every wrapper) return
+    against Gymnasium's API, on one reset and one step of a sampled action: an env written for
+    the old Gym API (a 4-tuple with `done`), or a reward that is not a number (a shape-(1,)
+    array), failed its seed with "not enough values to unpack" or "setting an array element
+    with a sequence". The env is left reset."""
+    inner = env.unwrapped
+    try:
+        out = env.reset(seed=0)
+    except Exception:  # noqa: BLE001 — the env's own error: the seed reports it where it occurs
+        return
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+        raise UserError(
+            f"{env_id}'s reset() returned {_shape_of(out)}; Gymnasium's API returns "
+            "(observation, info)"
+        )
+    action = env.action_space.sample()
+    for w in list(chain(env))[:-1]:  # the action as the env itself receives it, outside in
+        if isinstance(w, gym.ActionWrapper):
+            action = w.action(action)
+    try:
+        out = inner.step(action)
+    except Exception:  # noqa: BLE001 — the env's own error: the seed reports it where it occurs
+        return
+    if not (isinstance(out, tuple) and len(out) == 5):
+        old = " (the old Gym API's (obs, reward, done, info))" if len(out) == 4 else ""
+        raise UserError(
+            f"{env_id}'s step() returned {_shape_of(out)}{old}; Gymnasium's API returns "
+            "(observation, reward, terminated, truncated, info)"
+        )
+    reward = out[1]
+    number = isinstance(reward, numbers.Real) or (
+        isinstance(reward, np.ndarray) and reward.ndim == 0 and reward.dtype.kind in "biuf"
+    )
+    if not number:
+        shape = np.shape(reward) if isinstance(reward, np.ndarray | list | tuple) else None
+        what = type(reward).__name__ + (f" of shape {shape}" if shape else f" ({reward!r:.40})")
+        raise UserError(
+            f"{env_id}'s step() returned a reward of type {what}; Gymnasium's API wants a "
+            "number (e.g. return float(reward))"
+        )
+
+
+def _shape_of(out) -> str:
+    if isinstance(out, tuple):
+        return f"a tuple of {len(out)} ({', '.join(type(x).__name__ for x in out)})"
+    return f"a {type(out).__name__}"
 
 
 def make_env(
