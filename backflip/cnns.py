@@ -16,13 +16,18 @@ from backflip.errors import UserError
 POLICY_CNN_MIN = {
     "nature": 36,  # kernels 8, 4, 3 with strides 4, 2, 1 (Mnih et al. 2015): 84x84 frames
     "keypoints": 13,  # a 7x7 stride-3 layer, then 3x3 at its resolution: >= 3x3 keypoint maps
-    "small": 3,  # 3x3 convolutions, stride 1 (a second one with stride 2 above 16 pixels)
+    # two 3x3 convolutions without padding (the second with stride 2 above 16 pixels): a 3x3
+    # frame left the second a 1x1 input ("Kernel size can't be greater than actual input size")
+    "small": 5,
 }
 REWARD_CNN_MIN = {
     "paper": 43,  # kernels 7, 5, 3, 3 with strides 3, 2, 1, 1 (Christiano et al. 2017)
     "keypoints": 13,
-    "small": 3,
+    "small": 5,
 }
+# the smallest frame any CNN here reads: a 2-D or 3-D Box smaller than this is a vector to
+# flatten (`envs.wrappers.observation_layout`), not a frame
+SMALLEST_FRAME = max(POLICY_CNN_MIN["small"], REWARD_CNN_MIN["small"])
 
 
 def pick_cnn(

@@ -134,7 +134,35 @@ class OldGymApi(EndlessReward):
         return np.zeros(1, np.float32), 1.0, False, {}
 
 
+class WrongShapeObservation(EndlessReward):
+    """Returns (1, 1) observations where its space says (1,)."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((1, 1), np.float32), {}
+
+
+class OneAction(EndlessReward):
+    action_space = gym.spaces.Discrete(1)
+
+
+class SmallMatrix(EndlessReward):
+    """A (3, 4) matrix of features: too small for any CNN, a vector of 12."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3, 4), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((3, 4), np.float32), {}
+
+    def step(self, action):
+        return np.full((3, 4), float(action), np.float32), float(action), False, False, {}
+
+
 gym.register("ArrayReward-v0", entry_point=ArrayReward, max_episode_steps=5)
+gym.register("WrongShapeObservation-v0", entry_point=WrongShapeObservation, max_episode_steps=5)
+gym.register("OneAction-v0", entry_point=OneAction, max_episode_steps=5)
+gym.register("SmallMatrix-v0", entry_point=SmallMatrix, max_episode_steps=20)
 gym.register("OldGymApi-v0", entry_point=OldGymApi, max_episode_steps=5)
 gym.register("EndlessRewardBox-v0", entry_point=EndlessRewardBox, max_episode_steps=5)
 

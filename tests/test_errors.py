@@ -61,15 +61,23 @@ def test_an_env_that_needs_a_package_not_installed(cli, command):
 @pytest.mark.parametrize(
     ("env", "said"),
     [
-        ("ArrayReward-v0", "step() returned a reward of type ndarray of shape (1,)"),
-        ("OldGymApi-v0", "step() returned a tuple of 4 (ndarray, float, bool, dict) (the old"),
+        ("ArrayReward-v0", "'s step() returned a reward of type ndarray of shape (1,)"),
+        ("OldGymApi-v0", "'s step() returned a tuple of 4 (ndarray, float, bool, dict) (the old"),
+        (
+            "WrongShapeObservation-v0",
+            "'s reset() returned an observation of shape (1, 1); its "
+            "observation space is Box(-1.0, 1.0, (1,), float32)",
+        ),
+        ("OneAction-v0", " has one action (Discrete(1)): there is no choice for a policy"),
     ],
 )
 def test_an_env_off_gymnasiums_api_is_named_at_launch(cli, home, command, env, said):
-    """A reward array or the old Gym API's 4-tuple failed the seed with NumPy's "setting an
-    array element with a sequence" or "not enough values to unpack" (a traceback from `prefs`)."""
+    """A reward array, the old Gym API's 4-tuple or observations of another shape than the
+    space's failed the seed with NumPy's "setting an array element with a sequence", "not enough
+    values to unpack" or "Output array has wrong dimensionality" (a traceback from `prefs`); a
+    single action, with the normalized entropy's NaN."""
     proc = cli(*command, "--env", f"tests.fault_envs:{env}", "--steps", "500", check=False)
-    assert_clean_error(proc, f"tests.fault_envs:{env}'s {said}")
+    assert_clean_error(proc, f"tests.fault_envs:{env}{said}")
     assert not list(home.glob("2*")), "refused before a run was created"
 
 

@@ -156,6 +156,32 @@ def test_structured_observations_are_flattened_or_refused_naming_the_space():
             gym.registry.pop("test/Structured-v0")
 
 
+@pytest.mark.parametrize(
+    ("shape", "dtype", "layout"),
+    [
+        ((3, 4), np.float32, "flatten"),  # a small matrix of features, not a picture
+        ((4, 4, 3), np.uint8, "flatten"),  # 4x4 pixels: below the small CNN's 5x5
+        ((5, 5), np.uint8, "channels_last"),
+        ((3, 5, 5), np.uint8, "channels_first"),
+    ],
+)
+def test_boxes_too_small_for_any_cnn_are_vectors(shape, dtype, layout):
+    """A (3, 4) float Box was read as a frame and the seed failed in PyTorch: "Kernel size
+    can't be greater than actual input size"."""
+    from backflip.cnns import SMALLEST_FRAME
+    from backflip.envs.wrappers import observation_layout
+
+    assert SMALLEST_FRAME == 5
+    assert observation_layout(gym.spaces.Box(0, 1, shape, dtype)) == layout
+
+
+def test_a_small_matrix_observation_trains_end_to_end(cli):
+    for command in (("train", "ppo"), ("prefs", "train", "ppo"), ("train", "dqn")):
+        extra = ("--labels", "10") if command[0] == "prefs" else ()
+        cli(*command, "--env", "tests.fault_envs:SmallMatrix-v0", "--steps", "600",
+            "--seeds", "1", "--no-progress", *extra)  # fmt: skip
+
+
 def test_the_layout_guess_can_be_overridden():
     cfg = resolve("ppo", "test/Grid10Bool-v0", [0], 1000, set_values={"env.obs_layout": "vector"})
     env = make_env("test/Grid10Bool-v0", cfg.env)

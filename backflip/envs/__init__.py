@@ -225,8 +225,21 @@ def check_api(env: gym.Env, env_id: str) -> None:
     against Gymnasium's API, on one reset and one step of a sampled action: an env written for
     the old Gym API (a 4-tuple with `done`), or a reward that is not a number (a shape-(1,)
     array), failed its seed with "not enough values to unpack" or "setting an array element
-    with a sequence". The env is left reset."""
+    with a sequence"; observations of another shape than the space's ("Output array has
+    wrong dimensionality"); and an env with a single action, where nothing can be learned."""
+    with warnings.catch_warnings():  # Gymnasium's checker on the same probe: said below
+        warnings.simplefilter("ignore")
+        _check_api(env, env_id)
+
+
+def _check_api(env: gym.Env, env_id: str) -> None:
     inner = env.unwrapped
+    if isinstance(env.action_space, gym.spaces.Discrete) and env.action_space.n < 2:
+        # its entropy's maximum, log 1, is 0: the normalized entropy was NaN and the seed stopped
+        own = next((w.joint_of for w in chain(env) if hasattr(w, "joint_of")), env.action_space)
+        raise UserError(
+            f"{env_id} has one action ({own}): there is no choice for a policy to learn"
+        )
     try:
         out = env.reset(seed=0)
     except Exception:  # noqa: BLE001 — the env's own error: the seed reports it where it occurs
@@ -235,6 +248,12 @@ def check_api(env: gym.Env, env_id: str) -> None:
         raise UserError(
             f"{env_id}'s reset() returned {_shape_of(out)}; Gymnasium's API returns "
             "(observation, info)"
+        )
+    own = inner.observation_space
+    if isinstance(own, gym.spaces.Box) and np.shape(out[0]) != env.observation_space.shape:
+        raise UserError(
+            f"{env_id}'s reset() returned an observation of shape {np.shape(out[0])}; its "
+            f"observation space is {own}"
         )
     action = env.action_space.sample()
     for w in list(chain(env))[:-1]:  # the action as the env itself receives it, outside in
@@ -249,6 +268,11 @@ def check_api(env: gym.Env, env_id: str) -> None:
         raise UserError(
             f"{env_id}'s step() returned {_shape_of(out)}{old}; Gymnasium's API returns "
             "(observation, reward, terminated, truncated, info)"
+        )
+    if isinstance(own, gym.spaces.Box) and np.shape(out[0]) != own.shape:
+        raise UserError(
+            f"{env_id}'s step() returned an observation of shape {np.shape(out[0])}; its "
+            f"observation space is {own}"
         )
     reward = out[1]
     number = isinstance(reward, numbers.Real) or (

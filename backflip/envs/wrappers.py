@@ -8,6 +8,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from backflip.cnns import SMALLEST_FRAME
 from backflip.envs.faults import AffineObservation, GrowingWork, NaNRewardAfter, ScaleReward
 from backflip.errors import NonFiniteError
 
@@ -237,11 +238,12 @@ def observation_layout(space: gym.Space, layout: str = "auto") -> str:
 
 
 def _frame_like(box: gym.spaces.Box) -> bool:
-    """A 2-D or 3-D Box is a frame when it is at least 3x3 pixels of booleans, bytes or floats
-    with finite bounds (a float image with unbounded values cannot be scaled for a CNN)."""
+    """A 2-D or 3-D Box is a frame when it is at least `cnns.SMALLEST_FRAME` pixels on a side
+    (the small CNN's two 3x3 convolutions) of booleans, bytes or floats with finite bounds (a
+    float image with unbounded values cannot be scaled for a CNN)."""
     shape = box.shape
     spatial = shape if len(shape) == 2 else sorted(shape)[1:]
-    if min(spatial) < 3:
+    if min(spatial) < SMALLEST_FRAME:
         return False
     if box.dtype == np.bool_ or box.dtype == np.uint8:
         return True
