@@ -87,8 +87,11 @@ def train_sb3(
     fault: str | None = None,
     nan_at: int = 1000,
     slowdown: float = 300.0,
+    csv: bool = False,
 ) -> Path:
     """Train SB3 `algo` on CartPole-v1 with TensorBoard logging; returns the event directory.
+    With `csv`, SB3's CSV logger (progress.csv) and its Monitor files (N.monitor.csv) instead,
+    in one folder, which is returned.
 
     A fault that makes SB3 crash (NaN rewards reach the policy) is part of the scenario: the
     exception is swallowed and the logger is closed so the events written so far are on disk.
@@ -107,9 +110,20 @@ def train_sb3(
     if algo == "ppo" and fault != "klblow":
         settings["learning_rate"] = _linear(settings["learning_rate"])
         settings["clip_range"] = _linear(settings["clip_range"])
-    venv = make_vec_env(lambda: make_env(fault, nan_at, slowdown), n_envs=N_ENVS[algo], seed=seed)
-    model = cls("MlpPolicy", venv, seed=seed, tensorboard_log=str(logdir), verbose=0, **settings)
     name = f"{algo.upper()}_{fault or 'healthy'}_{seed}"
+    folder = Path(logdir) / name
+    venv = make_vec_env(
+        lambda: make_env(fault, nan_at, slowdown),
+        n_envs=N_ENVS[algo],
+        seed=seed,
+        monitor_dir=str(folder) if csv else None,
+    )
+    tb = None if csv else str(logdir)
+    model = cls("MlpPolicy", venv, seed=seed, tensorboard_log=tb, verbose=0, **settings)
+    if csv:
+        from stable_baselines3.common.logger import configure
+
+        model.set_logger(configure(str(folder), ["csv"]))
     try:
         model.learn(steps, tb_log_name=name, log_interval=1 if algo != "dqn" else 4)
     except (ValueError, RuntimeError) as e:
@@ -119,6 +133,8 @@ def train_sb3(
     finally:
         model.logger.close()
         venv.close()
+    if csv:
+        return folder
     (folder,) = [p for p in Path(logdir).iterdir() if p.name.startswith(name)]
     return folder
 

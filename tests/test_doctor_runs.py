@@ -277,6 +277,52 @@ def test_sb3_logs_with_the_same_faults_get_the_same_findings(cli, tmp_path, algo
     assert found[rule]["severity"] in ("warning", "error")
 
 
+def test_sb3_csv_and_monitor_files_are_read_as_its_tensorboard_log(cli, tmp_path):
+    """SB3's CSV logger and Monitor wrapper (no TensorBoard): "nothing to diagnose" before."""
+    pytest.importorskip("stable_baselines3")
+    from tests.sb3_logs import train_sb3
+
+    folder = train_sb3("ppo", tmp_path / "csv", 4096, csv=True)
+    assert (folder / "progress.csv").is_file() and list(folder.glob("*.monitor.csv"))
+    text = cli("doctor", str(folder)).stdout
+    assert "Stable-Baselines3 CSV log (1 series from sb3)" in text, text
+    t = resolve_target(str(folder), tmp_path)
+    assert t.kind == "sb3-csv" and t.env_id == "CartPole-v1"  # the Monitor files' header
+    (d,) = t.runs
+    steps, rets, lens = d.episodes
+    assert len(rets) > 100 and np.all(rets == lens)  # CartPole: 1 a step
+    assert steps[-1] <= 4096 and np.all(np.diff(steps) > 0)
+    assert {"rollout/ep_return_mean", "train/entropy", "train/entropy_norm", "time/sps"} <= set(
+        d.metrics
+    )
+    assert d.action_n == 2
+
+
+@pytest.mark.slow
+def test_sb3_csv_logs_with_a_fault_get_the_finding(cli, tmp_path):
+    # cost: ~10 s (SB3 PPO, 2e4 steps, its entropy bonus negative)
+    pytest.importorskip("stable_baselines3")
+    from tests.sb3_logs import train_sb3
+
+    folder = train_sb3("ppo", tmp_path / "csv", 20_000, fault="collapse", csv=True)
+    out = json.loads(cli("doctor", str(folder / "progress.csv"), "--json").stdout)
+    assert "entropy-collapse" in {f["rule"] for f in out["findings"]}, out["findings"]
+
+
+def test_a_log_from_a_library_the_doctor_does_not_map_says_so(cli, tmp_path):
+    """Tianshou's `train/reward`: read as "no episode return" without a word of why."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "tianshou"))
+    for i in range(30):
+        w.add_scalar("train/reward", -200.0 + 5 * i, i * 1000)
+        w.add_scalar("update/loss", 1.0 / (i + 1), i * 1000)
+    w.close()
+    proc = cli("doctor", str(tmp_path / "tianshou"))
+    assert "from a library the doctor does not map" in proc.stdout + proc.stderr
+    assert "(train/reward, update/loss)" in proc.stdout + proc.stderr
+
+
 @pytest.mark.slow
 def test_sb3_healthy_ppo_log_has_no_errors_and_reads_as_a_folder(cli, tmp_path):
     # cost: ~20 s on an idle machine (two SB3 PPO runs of 3e4 steps)

@@ -100,6 +100,7 @@ class Target:
             "run": "backflip run",
             "seed": "backflip seed",
             "tensorboard": "TensorBoard log",
+            "sb3-csv": "Stable-Baselines3 CSV log",
             "folder": "folder of runs",
         }[self.kind]
         algo = next((r.algo for r in self.runs if r.algo), None)
@@ -255,6 +256,124 @@ def infer_actions(entropy: np.ndarray) -> int | None:
     return n if n >= 2 else None
 
 
+# Stable-Baselines3's own files without TensorBoard: its CSV logger's rows (`configure(folder,
+# ["csv"])`: the TensorBoard tags as columns, `time/total_timesteps` the step) and its `Monitor`
+# wrapper's episodes (`monitor.csv`, or `N.monitor.csv` per env copy: a JSON header with the env
+# id, then r, l, t: return, length, seconds since the start)
+SB3_PROGRESS = "progress.csv"
+SB3_MONITOR = "*monitor.csv"
+SB3_WINDOW = 100  # SB3's rollout/ep_rew_mean: the mean of the last 100 episodes
+
+
+def sb3_files(folder: Path) -> bool:
+    return (folder / SB3_PROGRESS).is_file() or any(folder.glob(SB3_MONITOR))
+
+
+def load_sb3_csv(folder: Path, label: str | None = None) -> RunData:
+    """A Stable-Baselines3 run from its CSV log and/or its Monitor files, as the TensorBoard
+    reader maps it; with only Monitor files, its episodes (and SB3's 100-episode means)."""
+    import csv
+
+    metrics: dict = {}
+    walls: dict = {}
+    if (folder / SB3_PROGRESS).is_file():
+        with open(folder / SB3_PROGRESS, newline="") as f:
+            rows = list(csv.DictReader(f))
+        if rows and "time/total_timesteps" not in rows[0]:
+            raise UserError(
+                f"doctor: {folder / SB3_PROGRESS} has no time/total_timesteps column: not "
+                "Stable-Baselines3's CSV log"
+            )
+        raw = {}
+        for key in rows[0] if rows else []:
+            points = [(_number(r["time/total_timesteps"]), _number(r.get(key))) for r in rows]
+            points = [(int(st), v) for st, v in points if st is not None and v is not None]
+            if points:
+                raw[key] = _arrays(points)
+        metrics = sb3_metrics(raw)
+        if "time/time_elapsed" in raw:
+            walls = dict(zip(*(a.tolist() for a in raw["time/time_elapsed"]), strict=True))
+    episodes, env_id = monitor_episodes(folder)
+    if episodes is not None and "rollout/ep_return_mean" not in metrics:
+        steps, rets, lens = episodes
+        w = SB3_WINDOW
+        means = [rets[max(0, i - w + 1) : i + 1].mean() for i in range(len(rets))]
+        lmeans = [lens[max(0, i - w + 1) : i + 1].mean() for i in range(len(lens))]
+        metrics["rollout/ep_return_mean"] = (steps, np.array(means))
+        metrics["rollout/ep_len_mean"] = (steps, np.array(lmeans))
+    if not metrics and episodes is None:
+        raise UserError(f"doctor: no rows or episodes in Stable-Baselines3's files in {folder}")
+    action_n = entropy_norm(metrics, "sb3")
+    if walls:
+        metrics["time/sps"] = derived_sps(walls)
+    return RunData(
+        label=label or folder.name,
+        metrics=metrics,
+        episodes=episodes,
+        source="sb3",
+        env_id=env_id,
+        action_n=action_n,
+        learned_reward=is_preference_run(None, metrics),
+    )
+
+
+def monitor_episodes(folder: Path) -> tuple[tuple | None, str | None]:
+    """Every episode in the folder's Monitor files as (env steps at its end, return, length),
+    ordered by when it ended (the env copies interleaved; the step is the sum of the lengths of
+    the episodes ended by then, so it lags the true step by the copies' unfinished episodes),
+    and the env id the files' headers name."""
+    import csv
+    import json
+
+    eps, env_id = [], None
+    for path in sorted(folder.glob(SB3_MONITOR)):
+        with open(path, newline="") as f:
+            first = f.readline()
+            try:
+                env_id = env_id or json.loads(first.lstrip("#")).get("env_id")
+            except (json.JSONDecodeError, AttributeError):
+                pass
+            for r in csv.DictReader(f):
+                ret, length, t = _number(r.get("r")), _number(r.get("l")), _number(r.get("t"))
+                if None not in (ret, length, t):
+                    eps.append((t, ret, length))
+    if not eps:
+        return None, env_id
+    eps.sort()
+    _, rets, lens = (np.array(x, np.float64) for x in zip(*eps, strict=True))
+    return (np.cumsum(lens).astype(np.int64), rets, lens), env_id
+
+
+def _number(text) -> float | None:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def sb3_metrics(raw: dict) -> dict:
+    """Stable-Baselines3's tags (TensorBoard or CSV columns) as backflip's metric names."""
+    metrics = {name: raw[tag] for tag, name in SB3.items() if tag in raw}
+    if "train/entropy_loss" in raw:
+        s, v = raw["train/entropy_loss"]
+        metrics["train/entropy"] = (s, -v)
+    return metrics
+
+
+def entropy_norm(metrics: dict, library: str) -> int | None:
+    """The number of discrete actions inferred from a peer library's logged entropy, and with
+    it `train/entropy_norm` added to `metrics`; None for a Gaussian policy or no entropy."""
+    discrete = "train/policy_std" not in metrics  # SB3 logs train/std for Gaussian policies
+    if library not in ("sb3", "cleanrl") or "train/entropy" not in metrics or not discrete:
+        return None
+    action_n = infer_actions(metrics["train/entropy"][1])
+    if action_n:
+        s, v = metrics["train/entropy"]
+        metrics["train/entropy_norm"] = (s, v / math.log(action_n))
+    return action_n
+
+
 def load_tensorboard(folder: Path, label: str | None = None) -> RunData:
     texts: dict = {}
     raw, walls = read_events(folder, texts)
@@ -264,13 +383,10 @@ def load_tensorboard(folder: Path, label: str | None = None) -> RunData:
     metrics: dict = {}
     episodes = None
     hp: dict = {}
+    env_id = None
     if library == "sb3":
-        for tag, name in SB3.items():
-            if tag in raw:
-                metrics[name] = raw[tag]
-        if "train/entropy_loss" in raw:
-            s, v = raw["train/entropy_loss"]
-            metrics["train/entropy"] = (s, -v)
+        metrics = sb3_metrics(raw)
+        episodes, env_id = monitor_episodes(folder)  # a Monitor beside the events, if any
     elif library == "cleanrl":
         for tag, name in CLEANRL.items():
             if tag in raw and name not in metrics:
@@ -279,13 +395,7 @@ def load_tensorboard(folder: Path, label: str | None = None) -> RunData:
         hp = cleanrl_hyperparameters(texts)
     else:
         metrics = dict(raw)
-    action_n = None
-    discrete = "train/policy_std" not in metrics  # SB3 logs train/std for Gaussian policies
-    if library in ("sb3", "cleanrl") and "train/entropy" in metrics and discrete:
-        action_n = infer_actions(metrics["train/entropy"][1])
-        if action_n:
-            s, v = metrics["train/entropy"]
-            metrics["train/entropy_norm"] = (s, v / math.log(action_n))
+    action_n = entropy_norm(metrics, library)
     if library != "backflip":
         metrics["time/sps"] = derived_sps(walls)
     return RunData(
@@ -294,7 +404,7 @@ def load_tensorboard(folder: Path, label: str | None = None) -> RunData:
         episodes=episodes,
         source=library,
         algo=hp.get("exp_name"),
-        env_id=hp.get("env_id"),
+        env_id=hp.get("env_id") or env_id,
         hp=hp,
         budget=hp.get("total_timesteps"),
         action_n=action_n,
@@ -368,7 +478,11 @@ def resolve_target(target: str, home: Path) -> Target:
         run_dir = resolve_run(home, target)  # a run id (raises a clear UserError)
         return _backflip_run(target, run_dir)
     if path.is_file():
-        if path.name.startswith("events.out.tfevents") or path.name == METRICS:
+        if (
+            path.name.startswith("events.out.tfevents")
+            or path.name == METRICS
+            or (path.name == SB3_PROGRESS or path.name.endswith("monitor.csv"))
+        ):
             path = path.parent
         else:
             raise UserError(
@@ -395,16 +509,32 @@ def resolve_target(target: str, home: Path) -> Target:
             config.get("env_id"),
         )
     dirs = event_dirs(path)
-    if not dirs:
+    csv_dirs = sorted(
+        {p.parent for pattern in (SB3_PROGRESS, SB3_MONITOR) for p in path.rglob(pattern)}
+        - set(dirs)
+    )
+    if not dirs and not csv_dirs:
         raise UserError(
-            f"doctor: nothing to diagnose in {path}: no run.json, metrics.csv or TensorBoard "
-            "event files (events.out.tfevents.*)"
+            f"doctor: nothing to diagnose in {path}: no run.json, metrics.csv, TensorBoard "
+            "event files (events.out.tfevents.*) or Stable-Baselines3 CSV files (progress.csv, "
+            "monitor.csv)"
         )
     runs = [load_tensorboard(d, _tb_label(d, path)) for d in dirs]
-    kind = "tensorboard" if len(runs) == 1 else "folder"
+    runs += [load_sb3_csv(d, _tb_label(d, path)) for d in csv_dirs]
+    kind = ("tensorboard" if dirs else "sb3-csv") if len(runs) == 1 else "folder"
     envs = {r.env_id for r in runs}  # CleanRL's logs name it; SB3's don't
     env_id = envs.pop() if len(envs) == 1 else None
-    return Target(target, kind, runs, [tail_score(r) for r in runs], env_id)
+    t = Target(target, kind, runs, [tail_score(r) for r in runs], env_id)
+    unknown = [r for r in runs if r.source == "tensorboard"]
+    if unknown:  # Tianshou's train/reward, RLlib's ray/tune/episode_reward_mean, ...
+        tags = sorted({name for r in unknown for name in r.metrics if name != "time/sps"})
+        shown = ", ".join(tags[:6]) + (f" and {len(tags) - 6} more" if len(tags) > 6 else "")
+        t.notes.append(
+            f"{len(unknown)} of these logs come from a library the doctor does not map "
+            "(it reads backflip's, Stable-Baselines3's and CleanRL's names): their tags are read "
+            f"as they are ({shown}), and rules that need a name they lack stay silent"
+        )
+    return t
 
 
 def peer_env(folder: Path) -> str | None:
