@@ -187,6 +187,10 @@ class PrefsConfig:
     """prefs.horizon=restart (terminal): steps in the absorbing state after the env ends an
     episode, before it restarts (ends): a clip's length (each end costs this many steps of the absorbing state's value,
     and one clip can show it whole; 0: restart at once, as CartPoleFixedHorizon)"""
+    horizon_steps: int = 0
+    """the fixed horizon's length in agent steps (0: the env's time limit). It shapes the training
+    envs only: an env without a time limit is given one here (derived: 1,000) and still
+    evaluated on its own episodes, as the true return is reported"""
     mode: str = "sync"
     """sync (labeling and reward model inline every tick_steps: reproducible); pipelined (each
     tick's labels are asked inline, its reward-model training runs in a background thread while
@@ -547,6 +551,7 @@ DOMAINS: dict[str, Domain] = {
     "prefs.stage": Domain(choices=PREF_STAGES),
     "prefs.horizon": Domain(choices=HORIZONS),
     "prefs.absorb_steps": Domain(0, 1_000_000),
+    "prefs.horizon_steps": NON_NEGATIVE,
     "prefs.mode": Domain(choices=("sync", "pipelined", "async")),
     "prefs.reward_input": Domain(choices=REWARD_INPUTS),
     "prefs.action_input": Domain(choices=("concat", "heads")),

@@ -121,6 +121,10 @@ def configs(name: str, args, home: Path):
     plain_sets = {k: v for k, v in pref.flat().items() if not k.startswith("prefs.")}
     base = resolve(algo, pref.env_id, list(pref.seeds), steps)
     changed = {k: v for k, v in plain_sets.items() if base.flat().get(k) != v}
+    if pref.prefs.horizon_steps and not pref.env.max_episode_steps:
+        # an env without a time limit: the preference run's horizon (training only) is the
+        # true-reward run's time limit, as the rows were measured when it was an env option
+        changed["env.max_episode_steps"] = pref.prefs.horizon_steps
     true = resolve(algo, pref.env_id, list(pref.seeds), steps, set_values=changed)
     return true, pref, notes
 

@@ -163,13 +163,37 @@ def test_an_env_without_a_time_limit_is_given_one_and_says_so(tmp_path):
     gym.register("NoLimitCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
     try:
         cfg, notes = build(tmp_path, "prefs", "train", "ppo", "--env", "NoLimitCartPole-v0")
-        assert cfg.env.max_episode_steps == 1000
-        assert any("env.max_episode_steps=1000: the env has no time limit" in n for n in notes)
+        # the horizon is the training envs': evaluation keeps the env's own episodes
+        assert cfg.prefs.horizon_steps == 1000 and cfg.env.max_episode_steps == 0
+        assert any("prefs.horizon_steps=1000: the env has no time limit" in n for n in notes)
         with pytest.raises(UserError, match="has no time limit"):
             build(tmp_path, "prefs", "train", "ppo", "--env", "NoLimitCartPole-v0",
-                  "--set", "env.max_episode_steps=0")  # fmt: skip
+                  "--set", "prefs.horizon_steps=0")  # fmt: skip
     finally:
         gym.registry.pop("NoLimitCartPole-v0")
+
+
+def test_a_horizon_given_for_training_leaves_evaluation_on_the_envs_own_episodes(cli, home):
+    """The horizon given to an env without a time limit was an env option: evaluation games
+    were cut at 1,000 steps too (an ALE/Pong-v5 game is longer), so the true return reported
+    was not the env's own."""
+    import json
+
+    from backflip.seedrun import EVAL_MAX_STEPS
+    from backflip.telemetry import read_metrics
+
+    proc = cli("prefs", "train", "ppo", "--env", "tests.fault_envs:NeverEnds-v0", "--steps",
+               "2048", "--labels", "10", "--seeds", "1", "--set", "eval_episodes=1",
+               "--set", "num_envs=1", "--set", "num_steps=256", "--json",
+               "--no-progress", timeout=300)  # fmt: skip
+    record = json.loads(proc.stdout)
+    assert record["config"]["prefs"]["horizon_steps"] == 1000
+    folder = home / record["id"] / "seeds" / "0"
+    lengths = [int(line.split(",")[2]) for line in (folder / "true_episodes.csv").read_text()
+               .splitlines()[1:]]  # fmt: skip
+    assert lengths and set(lengths) == {1000}  # training: the fixed horizon
+    metrics = read_metrics(folder / "metrics.csv")
+    assert metrics["eval/len_mean"][1][-1] == EVAL_MAX_STEPS  # evaluation: the env's own, cut
 
 
 def play(env, actions, seed=3, ends=False):

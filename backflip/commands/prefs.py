@@ -342,11 +342,11 @@ def fix_horizon(cfg, facts, notes: list[str] | None):
 
     pcfg = cfg.prefs
     treatment = horizon_treatment(pcfg, values_ends(cfg.algo))
-    horizon = episode_limit(cfg.env_id, cfg.env)
+    horizon = pcfg.horizon_steps or episode_limit(cfg.env_id, cfg.env)
     if treatment != "variable" and horizon is None:
         raise UserError(
             f"{cfg.env_id} has no time limit: prefs.horizon={treatment} needs one "
-            "(--set env.max_episode_steps=N)"
+            "(--set prefs.horizon_steps=N)"
         )
     if treatment == "terminal":
         check_terminal(cfg)

@@ -9,9 +9,9 @@ the mirror (Kostrikov et al. 2019, "Discriminator-Actor-Critic", name both for l
 Christiano et al. (2017) removed termination from their MuJoCo tasks; `imitation` refuses
 variable horizons; seals makes classic envs fixed-horizon.
 
-`FixedHorizon` keeps every episode exactly as long as the env's time limit (its spec's
-`max_episode_steps`, which `env.*` options may override: a preference run gives one to an env
-that has none). When the env terminates, the episode goes on in an **absorbing state**: the last
+`FixedHorizon` keeps every episode exactly as long as `prefs.horizon_steps`, or the env's time
+limit (its spec's `max_episode_steps`, which `env.*` options may override): a preference run
+gives an env that has none a horizon of its own, for its training envs only. When the env terminates, the episode goes on in an **absorbing state**: the last
 observation held, reward 0, actions ignored (seals' `AbsorbAfterDoneWrapper`), each such step
 marked `info["absorbing"] = True`; the reward model pays one learned value for it, whatever the
 observation held and the action (`prefs/reward_model.py`), so the labels decide whether ending
@@ -49,15 +49,17 @@ class FixedHorizon(gym.Wrapper):
     `restart_after` steps and then a fresh start (None: until the time limit), or with `end`
     the episode's end."""
 
-    def __init__(self, env: gym.Env, restart_after: int | None = None, end: bool = False):
+    def __init__(
+        self, env: gym.Env, restart_after: int | None = None, end: bool = False, horizon: int = 0
+    ):
         super().__init__(env)
         self.end = end  # after restart_after absorbing steps the episode ends (terminal)
         spec = env.spec
-        limit = spec.max_episode_steps if spec is not None else None
+        limit = horizon or (spec.max_episode_steps if spec is not None else None)
         if not limit:
             raise ValueError(
                 "a fixed horizon needs a time limit (the env's spec has none): set "
-                "env.max_episode_steps"
+                "prefs.horizon_steps"
             )
         self.horizon = int(limit)
         self.restart_after = restart_after
@@ -111,4 +113,9 @@ def horizon_wrapper(pcfg, values_ends: bool = False):
     if treatment == "variable":
         return None
     restart_after = pcfg.absorb_steps if treatment in ("restart", "terminal") else None
-    return functools.partial(FixedHorizon, restart_after=restart_after, end=treatment == "terminal")
+    return functools.partial(
+        FixedHorizon,
+        restart_after=restart_after,
+        end=treatment == "terminal",
+        horizon=pcfg.horizon_steps,
+    )

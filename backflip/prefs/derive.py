@@ -108,9 +108,10 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
     horizon = facts.time_limit
     if horizon is None:
         horizon = DEFAULT_HORIZON
-        out["env.max_episode_steps"] = (
+        out["prefs.horizon_steps"] = (
             horizon,
-            f"the env has no time limit; a fixed horizon needs one ({DEFAULT_HORIZON} steps)",
+            f"the env has no time limit; a fixed horizon needs one ({DEFAULT_HORIZON} steps, for "
+            "training: evaluation plays the env's own episodes)",
         )
     segment = max(1, min(SEGMENT_LENGTH, horizon // 4))
     out["prefs.segment_length"] = (
@@ -221,7 +222,7 @@ def horizon_line(facts: EnvFacts, treatment: str, horizon: int, absorb_steps: in
 
 # every key `derived_settings` may set (a reproduce line gives them all: `summary.py`)
 DERIVED_KEYS = (
-    "env.max_episode_steps",
+    "prefs.horizon_steps",
     "prefs.segment_length",
     "prefs.absorb_steps",
     "prefs.labels",
