@@ -3,6 +3,7 @@ stepped alone, and with its `rgb_array` frame rendered on every step (`RenderFra
 run labeled by people does so that each clip can be shown), random actions.
 
     python benchmarks/render_cost.py [--env MovingDotLowDim-v0] [--steps 5000]
+    python benchmarks/render_cost.py --env Hopper-v5 --steps 300    # MuJoCo, software EGL here
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ import argparse
 import platform
 import time
 
-import gymnasium as gym
-
-import backflip.envs.moving_dot  # noqa: F401 — registers MovingDot
+from backflip.envs import make_env  # as a run makes its envs (MuJoCo: EGL without a display)
 from backflip.envs.wrappers import RenderFrames
 
 
@@ -33,8 +32,8 @@ def main() -> None:
     ap.add_argument("--env", default="MovingDotLowDim-v0")
     ap.add_argument("--steps", type=int, default=5000)
     args = ap.parse_args()
-    plain = per_step(gym.make(args.env), args.steps)
-    rendered = per_step(RenderFrames(gym.make(args.env, render_mode="rgb_array")), args.steps)
+    plain = per_step(make_env(args.env), args.steps)
+    rendered = per_step(RenderFrames(make_env(args.env, render_mode="rgb_array")), args.steps)
     print(
         f"{args.env}, {args.steps:,} random steps, {platform.processor() or platform.machine()}: "
         f"step {plain:.1f} us, step + render {rendered:.1f} us (render {rendered - plain:.1f} us)"

@@ -34,6 +34,8 @@ exact when the first logged policy is near-uniform, as freshly initialized polic
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,8 +274,6 @@ def sb3_files(folder: Path) -> bool:
 def load_sb3_csv(folder: Path, label: str | None = None) -> RunData:
     """A Stable-Baselines3 run from its CSV log and/or its Monitor files, as the TensorBoard
     reader maps it; with only Monitor files, its episodes (and SB3's 100-episode means)."""
-    import csv
-
     metrics: dict = {}
     walls: dict = {}
     if (folder / SB3_PROGRESS).is_file():
@@ -322,9 +322,6 @@ def monitor_episodes(folder: Path) -> tuple[tuple | None, str | None]:
     ordered by when it ended (the env copies interleaved; the step is the sum of the lengths of
     the episodes ended by then, so it lags the true step by the copies' unfinished episodes),
     and the env id the files' headers name."""
-    import csv
-    import json
-
     eps, env_id = [], None
     for path in sorted(folder.glob(SB3_MONITOR)):
         with open(path, newline="") as f:

@@ -196,7 +196,7 @@ def check_supported(algo, env_id: str, opts: EnvOptions) -> tuple[int, ...]:
     try:
         act, obs = env.action_space, env.observation_space
         # the env's own space, where a small MultiDiscrete/MultiBinary one is read as a Discrete
-        own = next((w.joint_of for w in chain(env) if hasattr(w, "joint_of")), act)
+        own = own_actions(env)
         check_api(env, env_id)
     finally:
         env.close()
@@ -220,6 +220,12 @@ def check_supported(algo, env_id: str, opts: EnvOptions) -> tuple[int, ...]:
     return tuple(obs.shape)
 
 
+def own_actions(env: gym.Env) -> gym.Space:
+    """The env's own action space, where a small MultiDiscrete/MultiBinary one is read as a
+    Discrete (`wrappers.JointDiscreteAction`): what a refusal names."""
+    return next((w.joint_of for w in chain(env) if hasattr(w, "joint_of")), env.action_space)
+
+
 def check_api(env: gym.Env, env_id: str) -> None:
     """A UserError naming what the env's own `reset` and `step` (under every wrapper) return
     against Gymnasium's API, on one reset and one step of a sampled action: an env written for
@@ -236,7 +242,7 @@ def _check_api(env: gym.Env, env_id: str) -> None:
     inner = env.unwrapped
     if isinstance(env.action_space, gym.spaces.Discrete) and env.action_space.n < 2:
         # its entropy's maximum, log 1, is 0: the normalized entropy was NaN and the seed stopped
-        own = next((w.joint_of for w in chain(env) if hasattr(w, "joint_of")), env.action_space)
+        own = own_actions(env)
         raise UserError(
             f"{env_id} has one action ({own}): there is no choice for a policy to learn"
         )
