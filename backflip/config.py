@@ -216,7 +216,12 @@ class PrefsConfig:
     resolution, flattened: grids such as MinAtar's 10x10) or auto (paper where it fits, else
     small)"""
     segment_length: int = 25
-    """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo)"""
+    """steps per segment (the paper: 25 for Atari, 1.5 s of simulated time for MuJoCo; an env
+    without a preset labeled by a person: 1.5 s of its real speed)"""
+    render_stride: int = 0
+    """a person's clips: the env's frame rendered every k-th step and played at the env's real
+    speed (0: the smallest k that keeps clips at 30 frames a second or fewer: 1 for Atari's 15
+    steps a second, 5 for Hopper's 125; each frame costs a render, 50 ms for MuJoCo in software)"""
     initial_frac: float = 0.25
     """share of the labels gathered from a random policy before the policy trains"""
     label_until: float = 0.8
@@ -557,6 +562,7 @@ DOMAINS: dict[str, Domain] = {
     "prefs.action_input": Domain(choices=("concat", "heads")),
     "prefs.cnn": Domain(choices=REWARD_CNNS),
     "prefs.segment_length": Domain(1, 100_000),
+    "prefs.render_stride": Domain(0, 100_000),
     "prefs.initial_frac": UNIT,
     "prefs.label_until": Domain(0, 1, low_open=True),
     "prefs.label_decay": POSITIVE,

@@ -11,6 +11,7 @@ MP4 (H.264, yuv420p) is written with imageio-ffmpeg, which ships its own ffmpeg 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -18,10 +19,23 @@ from pathlib import Path
 
 import numpy as np
 
-from backflip.envs import make_env
+from backflip.envs import make_env, steps_per_second
 from backflip.errors import UserError
 
 MAX_FRAMES = 2000  # one episode is cut here (about a minute at 30 fps)
+# what a person is shown plays at the env's real speed and at most this many frames a second:
+# a faster env (Hopper's 125 steps a second) is rendered every k-th step. A browser or a video
+# player shows at most the screen's 60 a second anyway, and each frame rendered costs (software
+# EGL: 50 ms a MuJoCo frame, docs/benchmarks.md)
+PLAYBACK_FPS = 30
+
+
+def playback(steps_per_s: float, stride: int = 0) -> tuple[int, float]:
+    """(stride, frames per second): the steps of which a frame is shown (every `stride`-th; 0
+    picks the smallest that keeps to `PLAYBACK_FPS`) and the rate that plays them at the env's
+    real speed (`envs.steps_per_second`)."""
+    stride = stride or max(1, math.ceil(steps_per_s / PLAYBACK_FPS - 1e-9))
+    return stride, steps_per_s / stride
 
 
 def _require_ffmpeg():
@@ -56,19 +70,26 @@ def render(env) -> np.ndarray | None:
 
 
 def record_episode(
-    act: Callable[[np.ndarray], np.ndarray], env, seed: int, max_frames: int = MAX_FRAMES
+    act: Callable[[np.ndarray], np.ndarray],
+    env,
+    seed: int,
+    max_frames: int = MAX_FRAMES,
+    stride: int = 1,
 ) -> tuple[list[np.ndarray], float, int]:
-    """Play one greedy episode; returns (frames, return, length). `act` takes a batch of obs."""
+    """Play one greedy episode; returns (frames, return, length). `act` takes a batch of obs;
+    a frame is rendered every `stride`-th step (and the last one, the end)."""
     obs, _ = env.reset(seed=seed)
     frames = [render(env)]
     ret, length = 0.0, 0
-    while length < max_frames:
+    while length < max_frames * stride:
         action = act(obs[None])[0]
         obs, r, term, trunc, _ = env.step(action)
         ret += float(r)
         length += 1
-        frames.append(render(env))
-        if term or trunc:
+        end = term or trunc
+        if length % stride == 0 or end:
+            frames.append(render(env))
+        if end:
             break
     return [f for f in frames if f is not None], ret, length
 
@@ -97,11 +118,6 @@ def write_mp4(frames: list[np.ndarray], path: Path, fps: float = 30) -> Path:
     return path
 
 
-def fps_of(env) -> float:
-    fps = (getattr(env, "metadata", None) or {}).get("render_fps") or 30
-    return float(min(max(fps, 1), 60))
-
-
 def record_video(
     act: Callable[[np.ndarray], np.ndarray],
     env,
@@ -109,8 +125,10 @@ def record_video(
     seed: int,
     max_frames: int = MAX_FRAMES,
 ) -> dict:
-    """One greedy episode to `path`: {'path', 'return', 'length', 'seconds'}."""
+    """One greedy episode to `path`, at the env's real speed: {'path', 'return', 'length',
+    'seconds'}."""
     t0 = time.perf_counter()
-    frames, ret, length = record_episode(act, env, seed, max_frames)
-    write_mp4(frames, path, fps_of(env))
+    stride, fps = playback(steps_per_second(env))
+    frames, ret, length = record_episode(act, env, seed, max_frames, stride)
+    write_mp4(frames, path, max(fps, 1.0))
     return {"path": str(path), "return": ret, "length": length, "seconds": time.perf_counter() - t0}

@@ -157,7 +157,25 @@ def build(args, home, notes: list[str] | None = None):
     cfg = dataclasses.replace(cfg, seeds=seeds_from(args))
     if notes is not None and (line := action_line(cfg)):
         notes.append(line)
+    if notes is not None and cfg.prefs.labeler == "human":
+        notes.append(clip_line(cfg, facts))
     return fix_horizon(cfg, facts, notes)
+
+
+def clip_line(cfg, facts) -> str:
+    """What a person will be shown of each clip: how long it lasts at the env's real speed and
+    how many of its steps are rendered (`prefs.render_stride`)."""
+    from backflip.video import playback
+
+    length, speed = cfg.prefs.segment_length, facts.steps_per_s
+    stride, fps = playback(speed, cfg.prefs.render_stride)
+    nth = {1: "st", 2: "nd", 3: "rd"}.get(stride % 10 if stride % 100 not in (11, 12, 13) else 0)
+    every = "every step" if stride == 1 else f"every {stride}{nth or 'th'} step"
+    return (
+        f"clips: {length} steps (prefs.segment_length), {length / speed:.2g} s at "
+        f"{cfg.env_id}'s real speed of {speed:g} steps a second; {every} rendered "
+        f"(prefs.render_stride): {-(-length // stride)} frames played at {fps:g} a second"
+    )
 
 
 MIN_TICKS = 4
@@ -281,7 +299,7 @@ def env_settings(cfg, facts) -> dict:
     {key: (value, why)}."""
     from backflip.prefs.derive import derived_settings
 
-    return derived_settings(facts, cfg.steps)
+    return derived_settings(facts, cfg.steps, person=cfg.prefs.labeler == "human")
 
 
 def derived_lines(cfg, derived: dict) -> list[str]:

@@ -181,6 +181,27 @@ def chain(env: gym.Env):
         env = env.env
 
 
+ALE_HZ = 60.0  # the Atari 2600's frame rate (ale-py's metadata says 30 frames a second)
+
+
+def steps_per_second(env: gym.Env) -> float:
+    """The real speed of `env` as made, in agent steps per second: its frame rate (ALE: the
+    console's 60 Hz; otherwise `render_fps`, which MuJoCo sets from its time step: Hopper 125,
+    HalfCheetah 20; 30 where the env gives none) over the frames each agent step plays (the
+    emulator's own frame skip times the wrappers': Pong under the papers' preprocessing 15)."""
+    base = env.unwrapped
+    skip = getattr(base, "_frameskip", None)
+    if skip is not None:  # ale-py's AtariEnv: an int, or a (low, high) range drawn each step
+        rate, frames = ALE_HZ, float(np.mean(skip))
+    else:
+        rate, frames = float((getattr(base, "metadata", None) or {}).get("render_fps") or 30), 1.0
+    for layer in chain(env):  # wrappers only: MuJoCo's own frame_skip is in its render_fps
+        skip = getattr(layer, "frame_skip", None) or getattr(layer, "_skip", None)
+        if isinstance(layer, gym.Wrapper) and isinstance(skip, numbers.Integral) and skip > 1:
+            frames *= int(skip)
+    return rate / frames
+
+
 def check_supported(algo, env_id: str, opts: EnvOptions) -> tuple[int, ...]:
     """Raise a UserError if the algorithm `algo` (an `algos.AlgoSpec`: its name, the action-space
     kinds it handles, whether it squashes Box actions into their bounds) can't act in `env_id`

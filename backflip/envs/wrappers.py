@@ -251,21 +251,48 @@ def _frame_like(box: gym.spaces.Box) -> bool:
 
 
 class RenderFrames(gym.Wrapper):
-    """Put the env's own rendered frame of every observation it returns in `info["frame"]`
-    (on reset and on each step): what a person is shown of a clip, at the env's native size and
-    in its colours, not the policy's preprocessed input (a preference run labeled by people,
-    `prefs/pipeline.py`). The env must be made with render_mode="rgb_array"."""
+    """Put the env's own rendered frame of the observation it returns in `info["frame"]` (on
+    reset, and on every `stride`-th step of each `length`-step clip counted from the reset: the
+    clips `prefs/segments.py: SegmentRecorder` cuts): what a person is shown of a clip, at the
+    env's native size and in its colours, not the policy's preprocessed input (a preference run
+    labeled by people, `prefs/pipeline.py`). A step without a frame has no "frame" key (read
+    them with `rendered`). The env must be made with render_mode="rgb_array"."""
+
+    def __init__(self, env: gym.Env, stride: int = 1, length: int = 0):
+        super().__init__(env)
+        self.stride, self.length, self.t = max(1, stride), length, 0
+        self.last = (None, None)  # the last observation rendered, and its frame
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        return obs, {**info, "frame": self._frame()}
+        self.t = 0
+        return obs, {**info, "frame": self._frame(obs)}
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, terminated, truncated, {**info, "frame": self._frame()}
+        self.t += 1
+        at = self.t % self.length if self.length else self.t
+        if at % self.stride == 0:
+            # the absorbing state of a fixed horizon (`envs/horizon.py`) holds the last
+            # observation: its frame is the one already rendered
+            held = info.get("absorbing") and obs is self.last[0]
+            info = {**info, "frame": self.last[1] if held else self._frame(obs)}
+        return obs, reward, terminated, truncated, info
 
-    def _frame(self) -> np.ndarray:
-        return np.ascontiguousarray(self.env.render(), np.uint8)
+    def _frame(self, obs) -> np.ndarray:
+        frame = np.ascontiguousarray(self.env.render(), np.uint8)
+        self.last = (obs, frame)
+        return frame
+
+
+def rendered(info: dict, n: int) -> list[np.ndarray | None]:
+    """Each copy's rendered frame in a vector env's step `info` (`RenderFrames`), None where
+    the copy rendered none at this step."""
+    if "frame" not in info:
+        return [None] * n
+    have = info.get("_frame", np.ones(n, bool))
+    # copies: a view would keep the whole batch of frames alive as long as one clip holds it
+    return [info["frame"][i].copy() if have[i] else None for i in range(n)]
 
 
 class Chain:

@@ -21,6 +21,10 @@ import numpy as np
 DEFAULT_HORIZON = 1000
 PROBE_EPISODES, PROBE_STEPS = 20, 5_000  # the random policy's look at the env's episodes
 SEGMENT_LENGTH = 25  # the paper's Atari clips (1-2 s of play); shorter for short episodes
+# a person's clip lasts this long at the env's real speed: the paper's continuous-control clips
+# (1.5 s, 15-60 steps) and rl-teacher's; 25 steps of Hopper (125 a second) last 0.2 s
+CLIP_SECONDS = 1.5
+PERSON_RANDOM_ENVS = 8  # random-policy copies that render for a person (64 Hoppers: 6.8 GB)
 LABELS_PER_STEP = 1 / 200  # 500 labels for 1e5 agent steps (the presets' budgets) ...
 LABELS_MIN, LABELS_MAX = 100, 1000  # ... within these (the paper's MuJoCo runs: 700 and 1,400)
 # the reward model's CNN on frames at least this large: keypoints (MovingDot84 and Pong learned
@@ -49,6 +53,8 @@ class EnvFacts:
     """... of which the env terminated before the time limit"""
     mean_length: float
     """the mean length of the finished ones (nan: none finished)"""
+    steps_per_s: float = 30.0
+    """the env's real speed (`envs.steps_per_second`): what a person's clip plays at"""
 
     @property
     def image(self) -> bool:
@@ -59,7 +65,7 @@ def look(env_id: str, opts, seed: int = 0) -> EnvFacts:
     """Spaces, time limit and a random policy's episodes (up to `PROBE_EPISODES` of them, or
     `PROBE_STEPS` steps) on one copy of the env as the run will see it (an env without a time
     limit: its episodes cut at `DEFAULT_HORIZON`, the one the run will give it)."""
-    from backflip.envs import check_api, episode_limit, make_env
+    from backflip.envs import check_api, episode_limit, make_env, steps_per_second
 
     env = make_env(env_id, opts)
     try:
@@ -99,11 +105,15 @@ def look(env_id: str, opts, seed: int = 0) -> EnvFacts:
         episodes=episodes,
         terminated=terminated,
         mean_length=float(np.mean(lengths)) if lengths else math.nan,
+        steps_per_s=steps_per_second(env),
     )
 
 
-def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str]]:
-    """`{key: (value, why)}` for an env without a preset and a budget of `steps` agent steps."""
+def derived_settings(
+    facts: EnvFacts, steps: int, person: bool = False
+) -> dict[str, tuple[object, str]]:
+    """`{key: (value, why)}` for an env without a preset and a budget of `steps` agent steps;
+    `person`: a person labels it (clips last `CLIP_SECONDS` at the env's real speed)."""
     out: dict[str, tuple[object, str]] = {}
     horizon = facts.time_limit
     if horizon is None:
@@ -113,11 +123,21 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
             f"the env has no time limit; a fixed horizon needs one ({DEFAULT_HORIZON} steps, for "
             "training: evaluation plays the env's own episodes)",
         )
-    segment = max(1, min(SEGMENT_LENGTH, horizon // 4))
-    out["prefs.segment_length"] = (
-        segment,
-        f"clips of {SEGMENT_LENGTH} steps as the paper's, at most a quarter of the horizon",
-    )
+    if person:
+        seconds = round(CLIP_SECONDS * facts.steps_per_s)
+        segment = max(1, min(seconds, horizon // 4))
+        out["prefs.segment_length"] = (
+            segment,
+            f"a person's clips of {CLIP_SECONDS:g} s (the paper's continuous control): "
+            f"{seconds} steps at the env's {facts.steps_per_s:g} a second, at most a quarter "
+            "of the horizon",
+        )
+    else:
+        segment = max(1, min(SEGMENT_LENGTH, horizon // 4))
+        out["prefs.segment_length"] = (
+            segment,
+            f"clips of {SEGMENT_LENGTH} steps as the paper's, at most a quarter of the horizon",
+        )
     out["prefs.absorb_steps"] = (
         segment,
         "after the env ends an episode, one clip's length in the absorbing state (one clip can "
@@ -129,11 +149,18 @@ def derived_settings(facts: EnvFacts, steps: int) -> dict[str, tuple[object, str
         f"1 label per {round(1 / LABELS_PER_STEP)} agent steps, in [{LABELS_MIN}, {LABELS_MAX}]",
     )
     out["prefs.initial_frac"] = (0.5, "half the labels from random clips before the policy")
-    out["prefs.random_envs"] = (
-        64,
-        "the first clips from 64 random-policy copies, each from its own reset: spread over "
-        "the state space",
-    )
+    if person:  # each copy renders: MuJoCo's software renderer holds ~100 MB a copy
+        out["prefs.random_envs"] = (
+            PERSON_RANDOM_ENVS,
+            f"the first clips from {PERSON_RANDOM_ENVS} random-policy copies: each renders "
+            "frames for a person (a MuJoCo renderer without a GPU: ~100 MB and 50 ms a frame)",
+        )
+    else:
+        out["prefs.random_envs"] = (
+            64,
+            "the first clips from 64 random-policy copies, each from its own reset: spread over "
+            "the state space",
+        )
     out["prefs.selection"] = (
         "disagreement",
         "queries by the ensemble's disagreement (the presets' choice, docs/preferences.md)",

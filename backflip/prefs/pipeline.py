@@ -71,6 +71,7 @@ segment queue) shows as `prefs/labels_per_s` at 0 with a growing `prefs/label_de
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import time
@@ -82,8 +83,9 @@ import torch
 
 from backflip.algos import values_ends
 from backflip.config import PrefsConfig, TrainConfig
+from backflip.envs import steps_per_second
 from backflip.envs.horizon import horizon_wrapper
-from backflip.envs.wrappers import Chain, RenderFrames
+from backflip.envs.wrappers import Chain, RenderFrames, rendered
 from backflip.errors import UserError
 from backflip.prefs.db import PreferenceDB
 from backflip.prefs.derive import check_action_input
@@ -93,6 +95,7 @@ from backflip.prefs.reward_model import PairSet, RewardModel
 from backflip.prefs.segments import LabelSchedule, SegmentRecorder, SegmentStore, select_pairs
 from backflip.runs.archive import save_torch
 from backflip.runs.layout import PREFS_DB, REWARD_MODEL, seed_dir
+from backflip.video import playback
 
 # segment_corr: over the policy's last this many segments (Pong: ~25k agent steps)
 SEGMENT_CORR_WINDOW = 1000
@@ -155,8 +158,11 @@ class Pipeline:
                 self.render_mode = "rgb_array"
             else:  # the page draws frames from the observations instead
                 run.warn(f"the labeling page shows frames drawn from observations: {why}")
-        self.wrap = Chain(self.horizon, RenderFrames if self.render_mode else None)
         probe = make_env(self.env_id, self.env_opts)
+        # a person's clips play at the env's real speed, a frame rendered every `stride`-th step
+        self.stride, clip_fps = playback(steps_per_second(probe), pcfg.render_stride)
+        frames = functools.partial(RenderFrames, stride=self.stride, length=pcfg.segment_length)
+        self.wrap = Chain(self.horizon, frames if self.render_mode else None)
         self.obs_space, self.act_space = probe.observation_space, probe.action_space
         self.human = pcfg.labeler == "human"
         self.teacher = teacher_for(pcfg)
@@ -169,7 +175,8 @@ class Pipeline:
             teacher="" if self.human else self.teacher.spec,
             task=pcfg.task,
             obs_shape=",".join(map(str, self.obs_space.shape)),
-            fps=clip_fps(probe, self.env_id, self.env_opts),
+            fps=clip_fps,  # frames a second of a clip as shown (the env's speed / stride)
+            clip_stride=self.stride,
         )
         probe.close()
         self.rng = np.random.default_rng(run.seed + 7919)
@@ -182,7 +189,7 @@ class Pipeline:
             pcfg.members, np.random.default_rng(run.seed + 1299709), pcfg.buffer_labels
         )
         self.store = SegmentStore(pcfg.store_size)
-        self.recorder = SegmentRecorder(1, pcfg.segment_length)
+        self.recorder = SegmentRecorder(1, pcfg.segment_length, self.stride)
         self.schedule = LabelSchedule(0, 0, 1)
         self.step = 0
         self.lock = threading.Lock()  # the store and the stats, shared with the worker thread
@@ -305,10 +312,10 @@ class Pipeline:
             wrap=self.wrap,
             render_mode=self.render_mode,
         )
-        rec = SegmentRecorder(envs.num_envs, self.cfg.segment_length)
+        rec = SegmentRecorder(envs.num_envs, self.cfg.segment_length, self.stride)
         envs.action_space.seed(seed)
         obs, info = envs.reset(seed=seed)
-        frames = info.get("frame")
+        frames = self.frames_of(info, envs.num_envs)
         prev_done = np.zeros(envs.num_envs, bool)
         steps, ends, cap = 0, 0, GATHER_STEPS_PER_CLIP * n_segments * self.cfg.segment_length
         phase = GATHERING
@@ -342,7 +349,7 @@ class Pipeline:
                     self.store.add(segs)
                     self.model.observe(np.concatenate([s.obs for s in segs]))
                 obs, prev_done = next_obs, done
-                frames = info.get("frame", frames)
+                frames = self.frames_of(info, envs.num_envs)
                 steps += envs.num_envs
         finally:
             envs.close()
@@ -433,7 +440,7 @@ class Pipeline:
             self.labels_from_here()
 
         def learned_reward(envs):
-            self.recorder = SegmentRecorder(envs.num_envs, pcfg.segment_length)
+            self.recorder = SegmentRecorder(envs.num_envs, pcfg.segment_length, self.stride)
             self.episode_reset()
             return LearnedReward(envs, self)
 
@@ -479,6 +486,10 @@ class Pipeline:
         self.updates_done = int(self.cfg.rm_updates_per_kstep * self.step / 1000)
         self.next_tick = (self.step // self.cfg.tick_steps + 1) * self.cfg.tick_steps  # the grid
         self.start_worker()
+
+    def frames_of(self, info: dict, n: int) -> list | None:
+        """The frames a vector step rendered for a person (None: no one is shown frames)."""
+        return rendered(info, n) if self.render_mode else None
 
     def episode_reset(self) -> None:
         n = len(self.recorder.buf)
@@ -1104,19 +1115,6 @@ def read_reward_model(run_dir: str | Path, seed: int) -> tuple[dict, PrefsConfig
         return saved, PrefsConfig.from_dict(saved["prefs"])
     except Exception as e:  # noqa: BLE001 — a truncated or foreign file: one line
         raise UserError(f"cannot read reward model {path}: {type(e).__name__}: {e}") from None
-
-
-def clip_fps(env, env_id: str, opts) -> float:
-    """The real frame rate of a clip, in agent steps per second: the env's `render_fps` (MuJoCo
-    sets it from its time step), or for Atari 15 (4 emulator frames at 60 Hz per agent step:
-    Ibarz et al.'s 25-step clips of ~1.7 s)."""
-    from backflip.envs import check_env_id
-    from backflip.envs.atari import is_ale
-
-    if is_ale(check_env_id(env_id)) and opts.atari:
-        return 15.0
-    fps = (getattr(env.unwrapped, "metadata", None) or {}).get("render_fps")
-    return float(min(max(fps or 30, 1), 60))
 
 
 def renders(env_id: str, opts) -> str | None:

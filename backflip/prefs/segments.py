@@ -29,8 +29,8 @@ from backflip.prefs.db import Segment
 class SegmentRecorder:
     """Per-env-copy buffers that turn vector-env steps into `length`-step segments."""
 
-    def __init__(self, num_envs: int, length: int):
-        self.length = length
+    def __init__(self, num_envs: int, length: int, stride: int = 1):
+        self.length, self.stride = length, stride
         self.buf: list[list[tuple]] = [[] for _ in range(num_envs)]
 
     def add(
@@ -47,8 +47,9 @@ class SegmentRecorder:
     ) -> list[Segment]:
         """Record one vector step: the observation each action was taken in, the action, the true
         reward, whether the step was taken in the absorbing state of a fixed horizon, the env's
-        rendered frame of the observation (for people: the completed segment keeps them as one
-        PNG) and, if given, the learned reward the policy was paid. `valid` is False on
+        rendered frame of the observation (for people, None where it rendered none: the
+        completed segment keeps those of every `stride`-th step as one PNG, `clip_frames`) and,
+        if given, the learned reward the policy was paid. `valid` is False on
         autoreset steps (not transitions); `done` ends an episode, which drops any partial
         segment. Returns the segments completed by this step."""
         out = []
@@ -65,10 +66,10 @@ class SegmentRecorder:
                 ab = np.asarray(ab, bool)
                 seg = Segment(np.stack(o), np.stack(a), np.asarray(r, np.float64), step)
                 seg.absorbing = ab if ab.any() else None
-                if frames is not None:
+                if frames is not None and (shown := clip_frames(f, self.stride)):
                     from backflip.prefs.frames import png  # PIL: only for people's clips
 
-                    seg.clip = png(np.stack(f))
+                    seg.clip = png(np.stack(shown))
                 if predicted is not None:
                     seg.predicted = float(np.sum(p))
                 out.append(seg)
@@ -76,6 +77,20 @@ class SegmentRecorder:
             elif done[i]:
                 buf.clear()
         return out
+
+
+def clip_frames(frames, stride: int) -> list[np.ndarray]:
+    """The frames a person is shown of a segment: those of steps 0, stride, 2·stride, ... (a
+    step that rendered none shows the nearest earlier frame, else the next one); none when the
+    segment rendered no frame at all."""
+    have = [i for i, f in enumerate(frames) if f is not None]
+    if not have:
+        return []
+    out = []
+    for t in range(0, len(frames), stride):
+        earlier = [i for i in have if i <= t]
+        out.append(frames[earlier[-1] if earlier else have[0]])
+    return out
 
 
 class SegmentStore:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from backflip.envs.wrappers import rendered
+
 
 class LearnedReward(gym.vector.VectorWrapper):
     """Replace the reward of a vector env (NEXT_STEP autoreset) by the pipeline's learned one."""
@@ -30,13 +32,15 @@ class LearnedReward(gym.vector.VectorWrapper):
         super().__init__(env)
         self.pipeline = pipeline
         self.obs = None
-        self.frames = None  # the rendered frame of each copy's current observation (people)
+        self.frames = None  # each copy's rendered frame of its observation, or None (people)
+        self.renders = False
         self.prev_done = np.zeros(env.num_envs, bool)
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
         self.obs = obs
-        self.frames = info.get("frame")
+        self.renders = "frame" in info  # the envs render for a person (RenderFrames, on reset)
+        self.frames = rendered(info, self.num_envs) if self.renders else None
         self.prev_done = np.zeros(self.num_envs, bool)
         self.pipeline.episode_reset()
         return obs, info
@@ -66,8 +70,7 @@ class LearnedReward(gym.vector.VectorWrapper):
             frames_before,
         )
         self.obs, self.prev_done = obs, done
-        if "frame" in info:
-            self.frames = info["frame"]
+        self.frames = rendered(info, self.num_envs) if self.renders else None
         return obs, reward, term, trunc, info
 
 

@@ -61,7 +61,10 @@ class SeedLabeling:
         shape = tuple(int(x) for x in meta.get("obs_shape", "").split(",") if x)
         self.to_frame = frames_mod.frame_fn(meta.get("env_id", ""), shape)
         self.segment_length = int(meta.get("segment_length", 1))
-        self.fps = float(meta.get("fps", 12))  # the clip's real speed, agent steps per second
+        # a clip as shown: a frame of every `stride`-th step, played at the env's real speed
+        self.stride = int(meta.get("clip_stride", 1))
+        self.clip_frames = -(-self.segment_length // self.stride)
+        self.fps = float(meta.get("fps", 12))  # frames a second
         self.target = int(meta.get("labels_target", 0))
         self.task = meta.get("task", "")
         self.steps_total = int(read_record(run_dir)["config"]["steps"])
@@ -193,6 +196,7 @@ class SeedLabeling:
             "val_acc": float(val_acc) if val_acc is not None else None,
             "ended": self.ended(),
             "segment_length": self.segment_length,
+            "clip_frames": self.clip_frames,
             "fps": self.fps,
         }
 
@@ -227,7 +231,8 @@ class SeedLabeling:
                 rendered = self.db.clip(seg_id)
                 if rendered is None:
                     seg = self.db.segment(seg_id)
-                    rendered = frames_mod.png(np.stack([self.to_frame(o) for o in seg.obs]))
+                    shown = seg.obs[:: self.stride]
+                    rendered = frames_mod.png(np.stack([self.to_frame(o) for o in shown]))
                 self.clips[seg_id] = rendered
                 if len(self.clips) > 200:
                     self.clips.pop(next(iter(self.clips)))

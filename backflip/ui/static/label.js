@@ -27,7 +27,7 @@ const player = {sheets: {left: null, right: null}, frame: 0, playing: true, spee
 const $ = id => document.getElementById(id);
 window.labelingBusy = () => busy;  // for scripted people (the browser tests)
 window.labelingPlayer = () => ({frame: player.frame, playing: player.playing,
-                                speed: player.speed, n: state ? state.segment_length : 0});
+                                speed: player.speed, n: state ? state.clip_frames : 0});
 
 async function call(url, body) {
   const opts = body === undefined ? {} :
@@ -176,7 +176,7 @@ function fit() {
   for (const side of ["left", "right"]) {
     const c = $(side), img = player.sheets[side];
     if (!img || !state) continue;
-    const n = state.segment_length, w = img.width, h = img.height / n;
+    const n = state.clip_frames, w = img.width, h = img.height / n;
     // half the window's width each, and the clips, buttons and player within its height
     const roomW = Math.max(120, c.parentElement.clientWidth - 8);
     const roomH = Math.max(160, window.innerHeight - 340);
@@ -187,7 +187,7 @@ function fit() {
   }
 }
 function draw() {
-  const n = state ? state.segment_length : 1, f = Math.min(player.frame, n - 1);
+  const n = state ? state.clip_frames : 1, f = Math.min(player.frame, n - 1);
   for (const side of ["left", "right"]) {
     const c = $(side), ctx = c.getContext("2d"), img = player.sheets[side];
     ctx.clearRect(0, 0, c.width, c.height);
@@ -202,7 +202,7 @@ function draw() {
     `frame ${f + 1}/${n}${atEnd ? " · end of clip" : ""}${player.playing ? "" : " · paused"}` : "frame –";
 }
 function tick(now) {
-  const fps = (state && state.fps) || 12, n = state ? state.segment_length : 1;
+  const fps = (state && state.fps) || 12, n = state ? state.clip_frames : 1;
   if (player.playing && now - player.last >= 1000 / (fps * player.speed)) {
     player.last = now;
     if (player.frame >= n - 1) {  // hold the last frame, then start again
