@@ -11,6 +11,7 @@ the rules then say nothing that depends on it.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 
@@ -38,18 +39,24 @@ def reward_threshold(env_id: str | None) -> float | None:
 
 
 @functools.lru_cache(maxsize=64)
-def render_fps(env_id: str | None) -> float | None:
+def steps_per_second(env_id: str | None) -> float | None:
+    """The env's real speed in agent steps a second, as backflip makes it (`envs.steps_per_second`:
+    Atari 15, the papers' 4 frames a step; Hopper 125): what a horizon in steps lasts."""
     spec = _spec(env_id)
     if spec is None:
         return None
     try:
-        import gymnasium as gym
+        from backflip.envs import make_env
+        from backflip.envs import steps_per_second as speed
 
-        env = gym.make(spec.id)
-        fps = env.metadata.get("render_fps")
-        env.close()
-        return float(fps) if fps else None
-    except Exception:  # noqa: BLE001 — the frame rate is decoration; any failure means unknown
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = make_env(spec.id)
+        try:
+            return speed(env)
+        finally:
+            env.close()
+    except Exception:  # noqa: BLE001 — the speed is decoration; any failure means unknown
         return None
 
 

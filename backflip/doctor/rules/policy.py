@@ -400,12 +400,12 @@ def action_saturation(d: RunData):
 @rule(
     "discount-horizon",
     entry="16b",
-    reads=("config gamma", "rollout/ep_len_mean", "env render_fps"),
+    reads=("config gamma", "rollout/ep_len_mean", "env steps per second"),
     threshold="1/(1−γ) more than 20× the longest episode, or less than 1% of the median "
     "episode length",
     cause="a discount mis-set for the task's timescale: far longer than episodes (high-variance "
     "targets, nothing gained), or far shorter than the delay between action and reward",
-    check_next="γ against how many steps (and seconds, at the env's frame rate) separate an "
+    check_next="γ against how many steps (and seconds, at the env's real speed) separate an "
     "action from its consequence",
     source=SCHULMAN,
 )
@@ -421,14 +421,14 @@ def discount_horizon(d: RunData):
     else:
         return None
     horizon = math.inf if gamma >= 1 else 1 / (1 - gamma)
-    fps = tasks.render_fps(d.env_id)
-    secs = f" ≈ {horizon / fps:.2g} s at {fps:g} fps" if fps and math.isfinite(horizon) else ""
+    fps = tasks.steps_per_second(d.env_id)
+    secs = f" ≈ {horizon / fps:.2g} s at {fps:g} steps/s" if fps and math.isfinite(horizon) else ""
     ev = {
         "gamma": gamma,
         "horizon_steps": horizon,
         "longest_episode": longest,
         "median_episode": median,
-        "render_fps": fps,
+        "steps_per_s": fps,
     }
     if horizon > 20 * longest:
         return Hit(
