@@ -171,10 +171,16 @@ def clip_line(cfg, facts) -> str:
     stride, fps = playback(speed, cfg.prefs.render_stride)
     nth = {1: "st", 2: "nd", 3: "rd"}.get(stride % 10 if stride % 100 not in (11, 12, 13) else 0)
     every = "every step" if stride == 1 else f"every {stride}{nth or 'th'} step"
+    seconds = length / speed
+    short = (
+        "; shorter than the paper's 1-2 s (the page's speed menu plays it at down to 0.25x)"
+        if seconds < 1
+        else ""
+    )
     return (
-        f"clips: {length} steps (prefs.segment_length), {length / speed:.2g} s at "
+        f"clips: {length} steps (prefs.segment_length), {seconds:.2g} s at "
         f"{cfg.env_id}'s real speed of {speed:g} steps a second; {every} rendered "
-        f"(prefs.render_stride): {-(-length // stride)} frames played at {fps:g} a second"
+        f"(prefs.render_stride): {-(-length // stride)} frames played at {fps:.3g} a second{short}"
     )
 
 

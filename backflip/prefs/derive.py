@@ -152,8 +152,8 @@ def derived_settings(
     if person:  # each copy renders: MuJoCo's software renderer holds ~100 MB a copy
         out["prefs.random_envs"] = (
             PERSON_RANDOM_ENVS,
-            f"the first clips from {PERSON_RANDOM_ENVS} random-policy copies: each renders "
-            "frames for a person (a MuJoCo renderer without a GPU: ~100 MB and 50 ms a frame)",
+            f"the first clips from {PERSON_RANDOM_ENVS} random-policy copies, as each renders "
+            "frames for a person (MuJoCo's renderer without a GPU: ~100 MB a copy, 50 ms a frame)",
         )
     else:
         out["prefs.random_envs"] = (
