@@ -827,3 +827,33 @@ def test_ends_the_labels_never_showed_are_named():
     assert "0 of 680 labeled segments" in fired(d)["labels-ends-unseen"].message
     assert "labels-ends-unseen" not in run(np.ones(N), never, horizon="variable")
     assert "labels-ends-unseen" not in run(np.ones(N), never, learned=False)
+
+
+def test_an_env_without_a_reward_of_its_own_is_named_and_its_true_return_not_judged():
+    """A person labels an env that gives no reward (the reason to label it): the true return is
+    0 in every episode and no labeled clip gained or lost any. The rules asking whether the true
+    return improved said `never-better` of such a run; they are skipped, and one finding says
+    why. A return that is constant because a goal was never reached (MountainCar's -200, every
+    clip losing reward) is a reward: judged as before."""
+
+    def run(true, losses, labeler="human"):
+        d = data(
+            prefs__true_return_mean=true,
+            prefs__labeled_gains=np.zeros(N),
+            prefs__labeled_losses=losses,
+            prefs__labeled_segments=np.linspace(10, 90, N),
+        )
+        d.learned_reward, d.prefs = True, {"labeler": labeler}
+        return fired(d)
+
+    person = run(np.zeros(N), np.zeros(N))
+    f = person["true-return-constant"]
+    assert f.severity == "info" and "no reward of its own" in f.message
+    assert f"the true return was 0 in every one of {N}" in f.message
+    assert "never-better" not in person
+    synthetic = run(np.zeros(N), np.zeros(N), labeler="synthetic")
+    assert synthetic["true-return-constant"].severity == "warning"
+    unreached = run(np.full(N, -200.0), np.linspace(10, 90, N))  # a reward, never more than -200
+    assert "true-return-constant" not in unreached and "never-better" in unreached
+    varying = run(flat_returns(), np.zeros(N))
+    assert "true-return-constant" not in varying

@@ -59,10 +59,17 @@ def _run_rule(r: Rule, arg, label: str | None) -> list[Finding]:
 
 
 def diagnose(d: RunData, live: bool = False) -> list[Finding]:
-    """Every rule on one run's series (`live`: only the rules marked safe during training)."""
+    """Every rule on one run's series (`live`: only the rules marked safe during training). On a
+    preference run whose true return never varied, the rules that read it are skipped
+    (`true-return-constant` says why)."""
+    from backflip.doctor.rules.preferences import CONSTANT_SKIPS, no_true_reward
+
+    skip = no_true_reward(d) is not None
     out = []
     for r in RULES:
         if live and not r.live:
+            continue
+        if skip and r.id != "true-return-constant" and set(r.reads) & set(CONSTANT_SKIPS):
             continue
         out += _run_rule(r, d, d.label)
     return out

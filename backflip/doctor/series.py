@@ -62,6 +62,10 @@ EVAL_RETURNS = Returns(
 """a preference run without prefs/true_return_mean: its greedy evaluations"""
 
 
+CONSTANT_FROM = 10
+"""the fewest returns (episodes and evaluations) that all equal one value make it constant"""
+
+
 @dataclass
 class RunData:
     """One training run (one seed) as the doctor sees it."""
@@ -117,6 +121,23 @@ class RunData:
         if self.get(TRUE_RETURN) is None and self.get(EVAL_RETURN) is not None:
             return EVAL_RETURNS
         return TRUE_RETURNS
+
+    @property
+    def constant_return(self) -> tuple[float, int] | None:
+        """(the value, how many episodes) when the task's return took one value in every episode
+        and greedy evaluation this run logged (at least `CONSTANT_FROM`), else None: an env
+        without a reward of its own, labeled by a person, whose true return measures nothing."""
+        r = self.returns
+        eps = self.episodes_of(r)
+        seen = [eps[1]] if eps is not None and len(eps[1]) else []
+        if not seen and (s := self.get(r.mean)) is not None:
+            seen.append(s[1])
+        if (s := self.get(EVAL_RETURN)) is not None:
+            seen.append(s[1])
+        values = np.concatenate(seen) if seen else np.zeros(0)
+        if len(values) < CONSTANT_FROM or not np.isfinite(values).all() or np.ptp(values) > 0:
+            return None
+        return float(values[0]), len(values)
 
     @property
     def trained_returns(self) -> Returns:

@@ -8,10 +8,12 @@ from backflip.doctor.findings import Hit, rule
 from backflip.doctor.rules.common import (
     MIN_ROWS,
     RAHTZ,
+    TRUE_READ,
     _rows,
     verdict,
 )
 from backflip.doctor.series import (
+    CONSTANT_FROM,
     LEARNED_RETURNS,
     RunData,
     finite,
@@ -258,6 +260,65 @@ def labels_one_sided(d: RunData):
         step=int(series[0][0][-1]),
         evidence={"labeled_segments": shown, "gains": gains, "losses": losses},
     )
+
+
+def no_true_reward(d: RunData) -> tuple[float, int] | None:
+    """(the value, how many returns) when a preference run's env gave no reward to read: its true
+    return took one value in every episode and evaluation (`RunData.constant_return`) and no
+    labeled clip gained or lost true reward (MountainCar's -1 a step, or Pong's lost points in a
+    game always lost 21-0, are rewards: not this)."""
+    if not d.learned_reward or (same := d.constant_return) is None:
+        return None
+    last = [d.get(f"prefs/labeled_{kind}") for kind in ("gains", "losses")]
+    if any(s is None or not len(finite(s)[1]) or finite(s)[1][-1] != 0 for s in last):
+        return None
+    return same
+
+
+@rule(
+    "true-return-constant",
+    entry="20",
+    reads=(
+        TRUE_RETURN,
+        "true_episodes",
+        EVAL_RETURN,
+        "prefs/labeled_gains",
+        "prefs/labeled_losses",
+    ),
+    threshold=f"a preference run whose true return took one value in every episode and greedy "
+    f"evaluation it logged (>= {CONSTANT_FROM}) while no labeled clip gained or lost true reward; "
+    "the rules that ask whether the true return improved are then skipped (a person: info; a "
+    "synthetic teacher, whose labels are the true reward's: a warning)",
+    cause="an env with no reward of its own: a person says what is good, and the true return is "
+    "a placeholder that cannot say whether the policy improved",
+    check_next="the run's clips and videos (backflip watch), the learned return "
+    "(rollout/ep_return_mean), the reward model's validation accuracy on the person's labels",
+    source="Christiano et al. 2017 (their human-labeled tasks had no reward to report); "
+    "docs/preferences.md",
+)
+def true_return_constant(d: RunData):
+    if (same := no_true_reward(d)) is None:
+        return None
+    value, n = same
+    person = d.prefs.get("labeler") == "human"
+    why = (
+        "the env gives no reward of its own, so it measures nothing here: judge the run by its "
+        "clips, videos and the learned return"
+        if person
+        else "a synthetic teacher labels by it, so every label was a tie: nothing to learn from"
+    )
+    return Hit(
+        "info" if person else "warning",
+        f"the true return was {fmt(value)} in every one of {n:,} episodes and evaluations and no "
+        f"labeled clip gained or lost true reward: {why}; the rules asking whether it improved "
+        "are skipped",
+        metric=d.returns.mean,
+        evidence={"value": value, "episodes": n, "labeler": d.prefs.get("labeler")},
+    )
+
+
+CONSTANT_SKIPS = (TRUE_RETURN, TRUE_READ, EVAL_RETURN)
+"""what a rule reads that a constant true return leaves nothing in (`diagnose` skips it)"""
 
 
 @rule(
