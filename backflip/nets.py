@@ -269,8 +269,16 @@ class ActorCritic(nn.Module):
         # a CNN's features feed linear heads (the Atari papers); coordinates need MLPs
         image = len(obs_shape) == 3
         heads = () if image and image_encoder(obs_shape, cnn) != "keypoints" else tuple(hidden)
-        self.discrete = hasattr(action_space, "n")
-        n_out = action_space.n if self.discrete else int(np.prod(action_space.shape))
+        # a MultiDiscrete space (too many combinations for one Discrete: `envs.adapt_actions`)
+        # gets a factorized head: one categorical per part, their logits side by side
+        self.nvec = categorical_parts(action_space)
+        self.discrete = hasattr(action_space, "n") or self.nvec is not None
+        if self.nvec is not None:
+            n_out = sum(self.nvec)
+        else:
+            n_out = (
+                action_space.n if hasattr(action_space, "n") else int(np.prod(action_space.shape))
+            )
         self.pi = mlp([n_in, *heads, n_out], activation, out_gain=0.01)
         self.v = mlp([n_in, *heads, 1], activation, out_gain=1.0)
         self.sde = sde and not self.discrete
@@ -311,6 +319,8 @@ class ActorCritic(nn.Module):
 
     def sample(self, out):
         """A sampled action and its log-probability (gSDE: one row per env copy)."""
+        if self.nvec is not None:
+            return multi_categorical_sample(out, self.nvec)
         if self.discrete:
             return categorical_sample(out)
         if self.sde:
@@ -321,6 +331,8 @@ class ActorCritic(nn.Module):
         return action, gaussian_logp_entropy(out, self.log_std, action)[0]
 
     def logp_entropy(self, out, actions: torch.Tensor):
+        if self.nvec is not None:
+            return multi_categorical_logp_entropy(out, self.nvec, actions)
         if self.discrete:
             return categorical_logp_entropy(out, actions)
         if self.sde:
@@ -328,6 +340,8 @@ class ActorCritic(nn.Module):
         return gaussian_logp_entropy(out, self.log_std, actions)
 
     def greedy(self, out) -> torch.Tensor:
+        if self.nvec is not None:
+            return torch.stack([p.argmax(-1) for p in out.split(self.nvec, -1)], -1)
         if self.discrete:
             return out.argmax(-1)
         return out[0] if self.sde else out
@@ -353,6 +367,36 @@ def categorical_logp_entropy(logits: torch.Tensor, actions: torch.Tensor):
     logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
+
+
+def categorical_parts(space) -> tuple[int, ...] | None:
+    """The number of choices of each part of a MultiDiscrete action space (None: another)."""
+    nvec = getattr(space, "nvec", None)
+    return None if nvec is None else tuple(int(n) for n in np.ravel(nvec))
+
+
+def uniform_entropy(space) -> float | None:
+    """The entropy of the uniform policy over a discrete action space (log n; a MultiDiscrete
+    one's is the sum over its parts), what `train/entropy_norm` divides by; None for Box."""
+    parts = categorical_parts(space)
+    if parts is not None:
+        return float(sum(math.log(n) for n in parts))
+    return math.log(space.n) if hasattr(space, "n") else None
+
+
+def multi_categorical_sample(logits: torch.Tensor, nvec: tuple[int, ...]):
+    """One categorical per part of a MultiDiscrete action (`logits` side by side): the sampled
+    actions (B, parts) and their joint log-probability, the sum of the parts'."""
+    actions, logp = zip(*(categorical_sample(p) for p in logits.split(nvec, -1)), strict=True)
+    return torch.stack(actions, -1), torch.stack(logp, -1).sum(-1)
+
+
+def multi_categorical_logp_entropy(logits: torch.Tensor, nvec: tuple[int, ...], actions):
+    """log pi(a|s) and the entropy of a factorized policy: sums over its independent parts."""
+    parts = [
+        categorical_logp_entropy(p, actions[..., i]) for i, p in enumerate(logits.split(nvec, -1))
+    ]
+    return sum(lp for lp, _ in parts), sum(h for _, h in parts)
 
 
 # --- diagonal Gaussian ------------------------------------------------------------------------

@@ -695,6 +695,27 @@ def test_fused_inference_equals_the_members_one_by_one(heads):
     assert np.allclose(snap.member_rewards(obs, act), model.member_rewards(obs, act), atol=1e-5)
 
 
+def test_an_action_of_several_parts_enters_the_reward_model_as_their_one_hots():
+    """A MultiDiscrete space too large for one Discrete (the factorized policy's): the reward
+    model reads each part one-hot, side by side, in torch and in the NumPy snapshot alike."""
+    from backflip.prefs.reward_model import parts_one_hot
+
+    space = gym.spaces.MultiDiscrete([6, 6, 6, 6])
+    assert parts_one_hot(np.array([[0, 5, 2, 1]]), (6, 6, 6, 6)).nonzero()[1].tolist() == [
+        0, 11, 14, 19,
+    ]  # fmt: skip
+    model = RewardModel(gym.spaces.Box(0, 1, (3,), np.float32), space, members=3)
+    assert model.act_dim == 24
+    rng = np.random.default_rng(0)
+    model.observe(rng.random((100, 3)))
+    obs, act = rng.random((8, 3)).astype(np.float32), rng.integers(0, 6, (8, 4))
+    snap = model.snapshot()
+    assert snap.fused is not None
+    assert np.allclose(snap.member_rewards(obs, act), model.member_rewards(obs, act), atol=1e-5)
+    with pytest.raises(ValueError, match="discrete"):  # one output per action: one Discrete
+        RewardModel(gym.spaces.Box(0, 1, (3,), np.float32), space, action_heads=True)
+
+
 def start_cli(home, args: list[str]) -> subprocess.Popen:
     """`backflip ARGS` in its own process on archive `home`, its output captured."""
     return subprocess.Popen(

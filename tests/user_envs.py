@@ -153,3 +153,34 @@ class Aim(gym.Env):
 
 
 gym.register("Aim-v0", entry_point=Aim, max_episode_steps=20)
+
+
+class Dials(gym.Env):
+    """Four dials of 6 positions (MultiDiscrete([6, 6, 6, 6]): 1,296 combinations, more than
+    one Discrete is read as); the observation shows a target position for each (one-hot, 24);
+    reward: the dials set to their targets, out of 4, every step; new targets each step. 12
+    steps: the best return is 48, a random policy's ~8."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0, 1, (24,), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete([6, 6, 6, 6])
+        self.target = np.zeros(4, np.int64)
+
+    def _obs(self):
+        obs = np.zeros((4, 6), np.float32)
+        obs[np.arange(4), self.target] = 1
+        return obs.ravel()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = self.np_random.integers(0, 6, 4)
+        return self._obs(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action)), action
+        reward = float(np.sum(np.asarray(action) == self.target))
+        self.target = self.np_random.integers(0, 6, 4)
+        return self._obs(), reward, False, False, {}
+
+
+gym.register("Dials-v0", entry_point=Dials, max_episode_steps=12)

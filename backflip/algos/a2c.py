@@ -27,7 +27,7 @@ import torch
 from backflip.algos import onpolicy
 from backflip.algos.common import build_actor_critic, load_actor_critic, log_policy_health
 from backflip.algos.settings.a2c import Config
-from backflip.nets import FlatParams, params_vector
+from backflip.nets import FlatParams, params_vector, uniform_entropy
 from backflip.seedrun import SeedRun
 
 # env steps between metrics rows when `log_every` is 0 (its rollouts are tiny: a row every
@@ -46,7 +46,7 @@ def train(cfg: Config, run: SeedRun) -> None:
         opt = torch.optim.Adam([flat.param], lr=cfg.lr, eps=cfg.opt_eps, fused=device.type == "cpu")
     else:
         opt = torch.optim.RMSprop([flat.param], lr=cfg.lr, alpha=0.99, eps=cfg.opt_eps)
-    max_entropy = math.log(ro.act_space.n) if ac.discrete else None
+    max_entropy = uniform_entropy(ro.act_space)
 
     def update(b: onpolicy.Batch, frac: float, row: bool) -> None:
         """One gradient step on the policy, value and entropy losses of the rollout."""

@@ -129,7 +129,7 @@ class Rollouts:
         self.envs = run.make_vec(cfg.num_envs)
         self.obs_space = self.envs.single_observation_space
         self.act_space = self.envs.single_action_space
-        self.discrete = isinstance(self.act_space, gym.spaces.Discrete)
+        self.discrete = isinstance(self.act_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
         self.images = check_obs(self.obs_space, cfg.norm_obs, run.cfg.algo)
         N, T = cfg.num_envs, cfg.num_steps
         self.num_envs, self.num_steps = N, T

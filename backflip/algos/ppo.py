@@ -43,7 +43,7 @@ import torch
 from backflip.algos import onpolicy
 from backflip.algos.common import build_actor_critic, load_actor_critic
 from backflip.algos.settings.ppo import Config
-from backflip.nets import FlatParams
+from backflip.nets import FlatParams, uniform_entropy
 from backflip.seedrun import SeedRun
 
 KL_SAMPLES = 256  # image observations: samples of the rollout the KL after an update is taken on
@@ -56,7 +56,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     ac = build_actor_critic(cfg, ro.obs_space, ro.act_space).to(device)
     flat = FlatParams(list(ac.parameters()))  # one buffer: zeroing, clipping, Adam: a kernel each
     opt = torch.optim.Adam([flat.param], lr=cfg.lr, eps=cfg.adam_eps, fused=device.type == "cpu")
-    max_entropy = math.log(ro.act_space.n) if ac.discrete else None
+    max_entropy = uniform_entropy(ro.act_space)
 
     def normalize_adv(a: torch.Tensor) -> torch.Tensor:  # per minibatch
         return (a - a.mean()) / (a.std() + 1e-8) if cfg.norm_adv and len(a) > 1 else a

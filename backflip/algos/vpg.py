@@ -28,7 +28,7 @@ import torch
 from backflip.algos import onpolicy
 from backflip.algos.common import build_actor_critic, load_actor_critic, log_policy_health
 from backflip.algos.settings.vpg import Config
-from backflip.nets import adam_step, clip_grad_norm_, params_vector
+from backflip.nets import adam_step, clip_grad_norm_, params_vector, uniform_entropy
 from backflip.seedrun import SeedRun
 
 
@@ -42,7 +42,7 @@ def train(cfg: Config, run: SeedRun) -> None:
     fused = device.type == "cpu"
     pi_opt = torch.optim.Adam(pi_params, lr=cfg.pi_lr, eps=1e-5, fused=fused)
     v_opt = torch.optim.Adam(v_params, lr=cfg.vf_lr, eps=1e-5, fused=fused)
-    max_entropy = math.log(ro.act_space.n) if ac.discrete else None
+    max_entropy = uniform_entropy(ro.act_space)
 
     def update(b: onpolicy.Batch, frac: float, row: bool) -> None:
         """One policy step, then `vf_iters` steps fitting the value function."""

@@ -139,11 +139,18 @@ def episode_limit(env_id: str, opts: EnvOptions | None = None) -> int | None:
     return check_env_id(env_id).max_episode_steps
 
 
+SPACE_KINDS = {"discrete": "Discrete", "box": "Box", "multidiscrete": "MultiDiscrete"}
+"""the action-space kinds an algorithm may handle (its settings' ACTION_SPACES), as named"""
+
+
 def space_kind(space: gym.Space) -> str:
+    """The kind of an action space as the policies act in it (after `adapt_actions`)."""
     if isinstance(space, gym.spaces.Discrete):
         return "discrete"
     if isinstance(space, gym.spaces.Box):
         return "box"
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return "multidiscrete"
     return type(space).__name__
 
 
@@ -222,8 +229,15 @@ def check_supported(algo, env_id: str, opts: EnvOptions) -> tuple[int, ...]:
     finally:
         env.close()
     if space_kind(act) not in kinds:
-        need = " or ".join({"discrete": "Discrete", "box": "Box"}[k] for k in kinds)
-        raise UserError(f"{algo} needs a {need} action space; {env_id} has {own}")
+        need = " or ".join(SPACE_KINDS[k] for k in kinds)
+        many = ""
+        if space_kind(act) == "multidiscrete":
+            many = (
+                f" ({wrappers.joint_actions(own):,} combinations, more than the "
+                f"{wrappers.MAX_JOINT_ACTIONS} read as one Discrete; ppo, a2c and vpg act in it "
+                "with one categorical per part)"
+            )
+        raise UserError(f"{algo} needs a {need} action space; {env_id} has {own}{many}")
     if not isinstance(obs, gym.spaces.Box):  # adapt_observations refuses first, in one line
         raise UserError(f"{env_id} has observation space {obs}, which backflip can't encode yet")
     if isinstance(act, gym.spaces.Box) and bounded and not act.is_bounded("both"):
@@ -412,11 +426,9 @@ def adapt_actions(env: gym.Env, env_id: str = "") -> gym.Env:
     if n is None:
         return env
     if n > wrappers.MAX_JOINT_ACTIONS and not isinstance(env.action_space, gym.spaces.Discrete):
-        raise UserError(
-            f"{env_id or 'this env'} has action space {env.action_space}: {n:,} combinations, "
-            f"more than the {wrappers.MAX_JOINT_ACTIONS} backflip's discrete policies read as "
-            "one Discrete (a factorized policy head is not implemented)"
-        )
+        # too many combinations for one Discrete: a flat MultiDiscrete from 0, for the
+        # factorized policy head (one categorical per part: PPO, A2C, VPG)
+        return wrappers.FlatMultiDiscreteAction(env)
     return wrappers.JointDiscreteAction(env)
 
 

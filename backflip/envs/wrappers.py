@@ -62,6 +62,27 @@ class JointDiscreteAction(gym.ActionWrapper):
         return (np.asarray(parts) + self.start).astype(self.dtype).reshape(self.shape)
 
 
+class FlatMultiDiscreteAction(gym.ActionWrapper):
+    """A MultiDiscrete (or MultiBinary) action space too large to read as one Discrete, as a flat
+    MultiDiscrete that starts at 0: what backflip's factorized policy head emits (one categorical
+    per part, `nets.ActorCritic`), each action sent back shifted and shaped as the env's. Exact."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        space = self.joint_of = env.action_space
+        if isinstance(space, gym.spaces.MultiBinary):
+            nvec, self.start = np.full(int(np.prod(space.shape)), 2), 0
+            self.shape = space.shape
+        else:
+            nvec, self.start = space.nvec.ravel(), space.start.ravel()
+            self.shape = space.nvec.shape
+        self.dtype = space.dtype
+        self.action_space = gym.spaces.MultiDiscrete(nvec.astype(np.int64))
+
+    def action(self, action):
+        return (np.asarray(action) + self.start).astype(self.dtype).reshape(self.shape)
+
+
 def joint_actions(space: gym.Space) -> int | None:
     """How many combinations a MultiDiscrete/MultiBinary action space holds, or a Discrete one
     that does not start at 0 (None: a space the policies act in as it is)."""

@@ -55,7 +55,7 @@ import torch
 from torch import nn
 
 from backflip.cnns import REWARD_CNN_MIN, pick_cnn
-from backflip.nets import SpatialSoftmax
+from backflip.nets import SpatialSoftmax, categorical_parts
 from backflip.normalize import RunningMeanStd
 
 VAL_FRACTION = 1 / math.e
@@ -241,10 +241,15 @@ class RewardModel:
         self.image = len(self.obs_shape) == 3
         self.frame_stride = frame_stride
         self.discrete = hasattr(act_space, "n")
+        # a MultiDiscrete action (too many combinations for one Discrete): its parts one-hot
+        self.nvec = categorical_parts(act_space)
         self.act_space = act_space
         # without actions the model is r̂(o): a judgement of states alone (prefs.reward_input)
         self.use_actions = use_actions
-        act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
+        if self.nvec is not None:
+            act_dim = sum(self.nvec)
+        else:
+            act_dim = int(act_space.n) if self.discrete else int(np.prod(act_space.shape))
         self.act_dim = act_dim if use_actions else 0
         # one output per discrete action instead of the action as an input (prefs.action_input)
         self.heads = action_heads and use_actions
@@ -305,6 +310,8 @@ class RewardModel:
         if self.discrete:
             a = torch.nn.functional.one_hot(torch.as_tensor(act, dtype=torch.long), self.act_dim)
             a = a.float()
+        elif self.nvec is not None:
+            a = torch.as_tensor(parts_one_hot(act, self.nvec))
         else:
             low, high = self.act_space.low, self.act_space.high
             scaled = 2 * (np.clip(act, low, high) - low) / (high - low) - 1
@@ -574,6 +581,16 @@ class RewardModel:
         self._fused = None
 
 
+def parts_one_hot(act, nvec: tuple[int, ...]) -> np.ndarray:
+    """MultiDiscrete actions (..., parts) as their parts' one-hot vectors side by side
+    (..., sum(nvec)) float32: the reward model's input for an action of several parts."""
+    act = np.asarray(act, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]]).astype(np.int64)
+    out = np.zeros((*act.shape[:-1], sum(nvec)), np.float32)
+    np.put_along_axis(out, act + offsets, 1.0, axis=-1)
+    return out
+
+
 class NumpyEnsemble:
     """A snapshot's MLP members, its input normalization and its absorbing-state values, in
     NumPy (inference only): the policy's reward on every env step of one to a few env copies,
@@ -598,11 +615,11 @@ class NumpyEnsemble:
         self.scale = (model.reward_std / (members * np.asarray(model.out_std))).astype(np.float64)
         self.offset = float(np.dot(self.scale, model.out_mean))
         self.heads, self.use_actions = model.heads, model.use_actions
-        self.discrete, self.act_dim = model.discrete, model.act_dim
+        self.discrete, self.act_dim, self.nvec = model.discrete, model.act_dim, model.nvec
         self.obs_dim = int(np.prod(model.obs_shape))
         self.mean = np.asarray(model.obs_rms.mean, np.float64).reshape(-1)
         self.inv_std = 1 / np.sqrt(np.asarray(model.obs_rms.var, np.float64).reshape(-1) + 1e-8)
-        if not self.discrete:
+        if not self.discrete and self.nvec is None:
             space = model.act_space
             self.low = np.asarray(space.low, np.float64).reshape(-1)
             self.high = np.asarray(space.high, np.float64).reshape(-1)
@@ -624,6 +641,8 @@ class NumpyEnsemble:
                 onehot = np.zeros((n, self.act_dim), np.float32)
                 onehot[np.arange(n), np.asarray(act, np.int64).reshape(-1)] = 1.0
                 a = onehot
+            elif self.nvec is not None:
+                a = parts_one_hot(np.asarray(act).reshape(n, -1), self.nvec)
             else:
                 raw = np.asarray(act, np.float64).reshape(n, -1)
                 a = 2 * (np.clip(raw, self.low, self.high) - self.low) / (self.high - self.low) - 1

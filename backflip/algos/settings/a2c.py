@@ -16,7 +16,7 @@ from backflip.algos.settings.onpolicy import (
     whole_rollouts,
 )
 
-ACTION_SPACES = ("discrete", "box")
+ACTION_SPACES = ("discrete", "box", "multidiscrete")
 DEFAULT_STEPS = 100_000
 
 

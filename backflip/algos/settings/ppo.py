@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from backflip.algos.settings.onpolicy import Settings, probe_presets, whole_rollouts
 
-ACTION_SPACES = ("discrete", "box")
+ACTION_SPACES = ("discrete", "box", "multidiscrete")
 DEFAULT_STEPS = 100_000
 
 
