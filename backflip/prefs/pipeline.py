@@ -918,9 +918,11 @@ class Pipeline:
         val_loss, val_acc = self.model.evaluate(self.pairs, val_idx)
         if len(val_idx):
             self.model.adapt_l2(train_loss, val_loss)
+        probe = None  # one step's input, whose reward in the absorbing state is logged
         with self.lock:
             if len(store):
                 obs, act, absorbing = self.calibration_steps(store)
+                probe = obs[:1], act[:1]
                 moves = None
                 if self.cfg.reward_input == "progress":  # the scale of one-step changes
                     moves = store.sample_transitions(2048, self.rng)
@@ -942,6 +944,15 @@ class Pipeline:
             "reward_model/pairs_val": float(len(self.pairs.val)),
             "reward_model/out_std": float(np.mean(self.model.out_std)),
         }
+        if (
+            probe is not None
+            and self.cfg.horizon != "variable"
+            and self.cfg.reward_input != "progress"
+        ):
+            # what a step in the absorbing state pays the policy (an end under
+            # prefs.horizon=terminal: this over 1 - gamma), beside the other steps' rewards
+            held = snap.reward(*probe, np.ones(1, bool))
+            stats["reward_model/absorbing_reward"] = float(held[0])
         if len(val_idx):
             stats.update(
                 {
