@@ -24,7 +24,8 @@ SEGMENT_LENGTH = 25  # the paper's Atari clips (1-2 s of play); shorter for shor
 # a person's clip lasts this long at the env's real speed: the paper's continuous-control clips
 # (1.5 s, 15-60 steps) and rl-teacher's; 25 steps of Hopper (125 a second) last 0.2 s
 CLIP_SECONDS = 1.5
-PERSON_RANDOM_ENVS = 8  # random-policy copies that render for a person (64 Hoppers: 7.7 GB resident)
+# random-policy copies that render for a person (64 Hoppers: 7.7 GB resident)
+PERSON_RANDOM_ENVS = 8
 LABELS_PER_STEP = 1 / 200  # 500 labels for 1e5 agent steps (the presets' budgets) ...
 LABELS_MIN, LABELS_MAX = 100, 1000  # ... within these (the paper's MuJoCo runs: 700 and 1,400)
 # the reward model's CNN on frames at least this large: keypoints (MovingDot84 and Pong learned
