@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import time
 
 import gymnasium as gym
@@ -24,7 +22,7 @@ from backflip.envs.wrappers import RenderFrames, rendered
 from backflip.prefs.derive import EnvFacts, derived_settings
 from backflip.prefs.segments import SegmentRecorder, clip_frames
 from backflip.video import PLAYBACK_FPS, playback
-from tests.conftest import ROOT, cli_env
+from tests.test_prefs import start_cli
 
 
 def real_speed(env_id: str) -> float:
@@ -148,14 +146,7 @@ def test_a_person_labeling_cartpole_is_shown_1_5_s_clips_of_every_other_step(hom
         "prefs", "train", "ppo", "--env", "CartPole-v1", "--labeler", "human", "--labels", "10",
         "--steps", "2048", "--set", "prefs.task=keep the pole up", "--no-progress",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "backflip", *args],
-        env=cli_env(home),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(home, args)
     try:
         deadline = time.monotonic() + 180
         status = {}
