@@ -21,6 +21,8 @@ is >= 0.8 on at least 10 of 12 envs, every row below it named by a doctor findin
     python benchmarks/prefs_user_envs.py --envs hopper,halfcheetah --labels 700   # the paper's
     python benchmarks/prefs_user_envs.py --envs hopper,halfcheetah --labels 1400  # Figure 1
     python benchmarks/prefs_user_envs.py --paper   # Figure 1's columns: true reward, 700, 1,400
+    python benchmarks/prefs_user_envs.py --envs hopper --labels 700 --seed-start 3 --seeds 5 \
+        --out more.json && python benchmarks/prefs_user_envs.py --join more.json  # 8 seeds
 
 All runs of one invocation share one pool of `--workers` seed processes (longest first). Results
 go to --out (JSON; an env already there is skipped unless --redo); runs are archived under
@@ -235,6 +237,36 @@ def run_all(names: list[str], args, home: Path, results: dict) -> None:
     print(f"{len(todo)} envs in {(time.time() - t0) / 60:.1f} min", file=sys.stderr)
 
 
+def join(results: dict, extra: dict) -> list[str]:
+    """Rows of another invocation (`extra`: the same envs and settings, other seeds, e.g.
+    `--seed-start 3 --seeds 5`) joined into the rows of `results` with the same key: seeds,
+    returns and timings side by side, R_true the mean over every true-reward seed and every
+    score computed again with it, the doctor's findings of both; the other invocation's runs
+    are kept under "joined" (the doctor is read again there by --rediagnose). Returns the
+    keys joined."""
+    done = []
+    for name, more in extra.items():
+        row = results.get(name)
+        if row is None or set(row["seeds"]) & set(more["seeds"]):
+            continue
+        for field in ("seeds", "true_returns", "pref_returns", "pref_wall_s", "true_wall_s"):
+            row[field] = list(row[field]) + list(more[field])
+        for field in ("pref_sps", "true_sps"):
+            row[field] = list(row[field]) + list(more[field])
+        true = [r for r in row["true_returns"] if r is not None]
+        row["R_true"] = float(np.mean(true)) if true else None
+        row["scores"] = [
+            None if r is None or row["R_true"] is None or row["R_true"] == row["R_random"]
+            else (r - row["R_random"]) / (row["R_true"] - row["R_random"])
+            for r in row["pref_returns"]
+        ]  # fmt: skip
+        row["doctor"] = list(dict.fromkeys(row["doctor"] + more["doctor"]))
+        part = {k: more[k] for k in ("home", "true_run", "pref_run", "seeds", "code")}
+        row["joined"] = [*row.get("joined", []), part, *more.get("joined", [])]
+        done.append(name)
+    return done
+
+
 def code_version(record: dict) -> str | None:
     """The commit the preference run ran (with "+dirty" for uncommitted changes)."""
     prov = record.get("provenance") or {}
@@ -379,6 +411,11 @@ def main() -> None:
         help="run today's doctor again on the archived preference runs of --out, then the table",
     )
     ap.add_argument("--paper", action="store_true", help="print Figure 1's table of --out")
+    ap.add_argument(
+        "--join",
+        metavar="FILE",
+        help="join the rows of FILE (the same envs, other seeds) into those of --out",
+    )
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))  # user_envs.py, as a user's own module
@@ -387,13 +424,23 @@ def main() -> None:
     if args.paper:
         print(paper_table(results))
         return
-    if args.rediagnose:
+    if args.join:
+        joined = join(results, json.loads(Path(args.join).read_text()))
+        print(f"joined: {', '.join(joined) or 'nothing'}", file=sys.stderr)
+        from backflip.jsonout import dumps
+
+        out.write_text(dumps(results, indent=1) + "\n")
+    elif args.rediagnose:
         for name, res in results.items():
-            run_dir = Path(res["home"]) / res["pref_run"]
-            if run_dir.is_dir():
-                res["doctor"] = findings(run_dir, again=True)
+            found = []
+            for part in [res, *res.get("joined", [])]:
+                run_dir = Path(part["home"]) / part["pref_run"]
+                if not run_dir.is_dir():
+                    print(f"{name}: {run_dir} is gone; its doctor column is kept", file=sys.stderr)
+                    break
+                found += findings(run_dir, again=True)
             else:
-                print(f"{name}: {run_dir} is gone; its doctor column is kept", file=sys.stderr)
+                res["doctor"] = list(dict.fromkeys(found))
         from backflip.jsonout import dumps
 
         out.write_text(dumps(results, indent=1) + "\n")
