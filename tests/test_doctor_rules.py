@@ -670,6 +670,25 @@ def test_a_person_s_pace_is_not_a_starved_queue():
     assert fired(stopped)["prefs-starved"].metric == "prefs/segments_per_s"
 
 
+def test_segments_that_stop_because_episodes_are_shorter_than_a_clip_are_named():
+    """Under prefs.horizon=variable a policy paid for ending (CartPole from preferences: ~9-step
+    episodes) completes no 25-step clip: the segment queue stops, and the finding says why
+    rather than blaming the store; episodes as long as a clip keep the usual cause."""
+    segments = np.r_[np.full(5, 40.0), np.zeros(N - 5)]
+
+    def starved(length):
+        d = data(prefs__segments_per_s=segments, rollout__ep_len_mean=np.full(N, length))
+        d.prefs = {"labeler": "synthetic", "segment_length": 25, "horizon": "variable"}
+        return fired(d)["prefs-starved"]
+
+    short = starved(9.0)
+    assert short.severity == "error" and "episodes last 9 steps" in short.message
+    assert "shorter than one clip" in short.message and "prefs.horizon" in short.message
+    assert short.evidence["segment_length"] == 25
+    long = starved(200.0)
+    assert "shorter than one clip" not in long.message and "starved queue" in long.message
+
+
 def test_the_horizon_rules_name_survival_bias_and_its_mirror():
     """`prefs-variable-horizon`: a variable horizon on an env that ended episodes early;
     `prefs-length-bias`: the episode's length carries the learned return while the model does

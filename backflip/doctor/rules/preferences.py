@@ -46,11 +46,18 @@ def _starved(d: RunData, name: str):
 @rule(
     "prefs-starved",
     entry="19",
-    reads=("prefs/labels_per_s", "prefs/segments_per_s", "prefs/label_debt"),
+    reads=(
+        "prefs/labels_per_s",
+        "prefs/segments_per_s",
+        "prefs/label_debt",
+        "rollout/ep_len_mean",
+    ),
     threshold="labels/s or segments/s was positive, then 0 on rows at ≥ 3 later steps "
     "spanning ≥ 10% of training while training went on (for labels: only while labels are owed, "
     "prefs/label_debt > 0, when it is logged, and only from a synthetic labeler: a person's "
-    "pace, or labeling a person ended, is not a starved queue)",
+    "pace, or labeling a person ended, is not a starved queue); segments stopped with the "
+    "policy's episodes (median over the second half) shorter than prefs.segment_length are "
+    "named as such",
     cause="a starved queue: the segment store or query queue stopped delivering (Rahtz: once "
     "a database filled, no new segments reached the labeler)",
     check_next="prefs/queue_depth and prefs/seconds_since_label; the segment store's capacity "
@@ -70,15 +77,45 @@ def prefs_starved(d: RunData):
         if name == "prefs/labels_per_s" and debt is not None and debt[1][-1] <= 0:
             continue  # the schedule asks for no more labels: a pause, not starvation
         last, zeros, span = hit
-        return Hit(
-            "error",
+        seen = (
             f"{name} dropped to 0 after step {int(last):,} and stayed there for "
-            f"{zeros} rows ({int(span):,} steps) while training continued",
-            metric=name,
-            step=int(last),
-            evidence={"last_positive_step": int(last), "zero_rows": zeros},
+            f"{zeros} rows ({int(span):,} steps) while training continued"
         )
+        evidence = {"last_positive_step": int(last), "zero_rows": zeros}
+        short = name == "prefs/segments_per_s" and _episodes_shorter_than_a_clip(d)
+        if short:
+            length, clip = short
+            evidence.update(episode_length=length, segment_length=clip)
+            return Hit(
+                "error",
+                seen + f"; the policy's episodes last {fmt(length)} steps (median, second "
+                f"half) and a clip {clip}",
+                metric=name,
+                step=int(last),
+                evidence=evidence,
+                cause="episodes shorter than one clip: a clip is cut from one episode, so none "
+                "is completed and no new segment reaches the labeler (under prefs.horizon="
+                "variable the env's own ends cut them: CartPole from preferences ending its "
+                "episodes within ~9 steps, the mirror of survival bias)",
+                check_next="prefs.horizon (a fixed horizon, the default, keeps each episode to "
+                "the time limit) or shorter clips (prefs.segment_length); prefs-length-bias",
+            )
+        return Hit("error", seen, metric=name, step=int(last), evidence=evidence)
     return None
+
+
+def _episodes_shorter_than_a_clip(d: RunData) -> tuple[float, int] | None:
+    """(the policy's median episode length over the second half, the clip length) where the
+    episodes were shorter than one clip, else None."""
+    clip = d.prefs.get("segment_length")
+    lengths = d.get("rollout/ep_len_mean")
+    if not clip or lengths is None:
+        return None
+    v = finite(lengths)[1]
+    if len(v) < 2:
+        return None
+    length = float(np.median(v[len(v) // 2 :]))
+    return (length, int(clip)) if length < clip else None
 
 
 @rule(
