@@ -47,6 +47,10 @@ def test_action_space_the_algorithm_cannot_handle(cli):
     assert_clean_error(
         proc, "sac needs a Box action space", "Switches-v0 has MultiDiscrete([3 2], start=[1 0])"
     )
+    # from preferences: refused before the env's settings are derived (one line, not a dozen
+    # lines of derived settings and then the error)
+    proc = cli("prefs", "train", "ddpg", "--env", "Acrobot-v1", "--steps", "2000", check=False)
+    assert_clean_error(proc, "ddpg needs a Box action space; Acrobot-v1 has Discrete(3)")
 
 
 @pytest.mark.parametrize("command", [("train", "ppo"), ("prefs", "train", "ppo"), ("preflight",)])
