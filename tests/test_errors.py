@@ -173,3 +173,18 @@ def test_runs_json_on_empty_archive(cli):
 )
 def test_arguments_argparse_refuses_are_one_line_too(cli, args):
     assert_clean_error(cli(*args, check=False), "--help")
+
+
+@pytest.mark.parametrize("command", [("train", "ppo"), ("prefs", "train", "ppo")])
+def test_an_atari_protocol_warning_is_said_once_in_one_line(cli, command):
+    """Gymnasium's ALE ids differ from the papers' protocol: the launch says so once, as one
+    `warning:` line; the looks at the env before it (the action kind the settings read, the
+    settings derived for a preference run) say nothing. (They printed Python's warning with a
+    file name and a line of source, up to three times.) The run is then refused for a device
+    this machine lacks, so no training runs."""
+    proc = cli(*command, "--env", "ALE/Pong-v5", "--steps", "1024", "--seeds", "1",
+               "--set", "device=cuda:7", check=False)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "sticky actions" in line]
+    assert len(said) == 1 and said[0].startswith("warning: ALE/Pong-v5 uses sticky"), said
+    assert "AtariProtocolWarning" not in proc.stderr

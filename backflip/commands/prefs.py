@@ -126,9 +126,10 @@ def build(args, home, notes: list[str] | None = None):
     # an algorithm that cannot act in the env is refused before the env is looked at and its
     # settings derived (that takes random episodes and prints a dozen lines)
     from backflip.algos import get_algo
-    from backflip.envs import check_supported
+    from backflip.envs import check_supported, probing
 
-    check_supported(get_algo(cfg.algo), cfg.env_id, cfg.env)
+    with probing():  # the launch's own check says what it finds of the env (execute)
+        check_supported(get_algo(cfg.algo), cfg.env_id, cfg.env)
     facts = look(cfg.env_id, cfg.env)
     if cfg.env_id not in PRESETS:  # an env without a preset: settings derived from the env
         why = env_settings(cfg, facts)

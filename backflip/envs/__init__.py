@@ -7,6 +7,7 @@ returns the reset observation, and that step's action is ignored) and the same s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -28,6 +29,16 @@ from backflip.errors import UserError, did_you_mean
 
 class AtariProtocolWarning(UserWarning):
     """An Atari id whose settings differ from the papers' (see `backflip.envs.atari`)."""
+
+
+@contextlib.contextmanager
+def probing():
+    """Envs made only to be looked at (their spaces, a few steps, before the run exists) raise
+    no `AtariProtocolWarning`: the launch says it once, in one line (`commands.train.execute`),
+    where each look before it printed its own copy with a file name and a line of source."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AtariProtocolWarning)
+        yield
 
 
 _registered = False
@@ -166,7 +177,8 @@ def action_kind(env_id: str) -> str | None:
     env in a process."""
     if env_id not in _ACTION_KINDS:
         try:
-            env = make_env(env_id, EnvOptions())
+            with probing():
+                env = make_env(env_id, EnvOptions())
         except Exception:  # noqa: BLE001 — check_supported says why in one line, at launch
             return None
         try:

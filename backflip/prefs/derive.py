@@ -66,9 +66,10 @@ def look(env_id: str, opts, seed: int = 0) -> EnvFacts:
     """Spaces, time limit and a random policy's episodes (up to `PROBE_EPISODES` of them, or
     `PROBE_STEPS` steps) on one copy of the env as the run will see it (an env without a time
     limit: its episodes cut at `DEFAULT_HORIZON`, the one the run will give it)."""
-    from backflip.envs import check_api, episode_limit, make_env, steps_per_second
+    from backflip.envs import check_api, episode_limit, make_env, probing, steps_per_second
 
-    env = make_env(env_id, opts)
+    with probing():
+        env = make_env(env_id, opts)
     try:
         check_api(env, env_id)
     except BaseException:
