@@ -522,9 +522,31 @@ def test_pipelined_mode_is_deterministic_and_trains_on_sync_mode_schedule(cli):
     assert not np.array_equal(ma["reward_model/train_loss"][1], ms["reward_model/train_loss"][1])
 
 
-def test_a_pipelined_round_is_installed_at_the_next_tick_and_its_error_surfaces(tmp_path):
+def test_a_forked_round_gives_the_numbers_of_a_round_in_a_thread(cli, monkeypatch):
+    # pipelined rounds run in a forked process (the policy keeps Python's lock to itself) or,
+    # with BACKFLIP_FORK=0, in a thread: the same curves and model, metric for metric
+    forked = small_run(cli, "--set", "prefs.mode=pipelined")
+    monkeypatch.setenv("BACKFLIP_FORK", "0")
+    threaded = small_run(cli, "--set", "prefs.mode=pipelined")
+    ma, mb = (read_metrics(f"{r['dir']}/seeds/0/metrics.csv") for r in (forked, threaded))
+    timing = ("time/", "sys/", "prefs/labels_per_s", "prefs/segments", "prefs/seconds_since")
+    names = [n for n in ma if not n.startswith(timing) and n != "prefs/db_mb"]
+    assert "reward_model/val_loss" in names and "reward_model/updates" in names
+    for name in names:
+        assert np.array_equal(ma[name][0], mb[name][0]), name
+        assert np.array_equal(ma[name][1], mb[name][1]), name
+    ra, rb = (
+        torch.load(f"{r['dir']}/seeds/0/reward_model.pt", weights_only=False)
+        for r in (forked, threaded)
+    )
+    for sa, sb in zip(ra["model"]["nets"], rb["model"]["nets"], strict=True):
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert ma["reward_model/updates"][1][-1] > 20
+
+
+def pipelined_pipe(tmp_path):
+    """A pipeline in mode=pipelined on a fake seed, its labeler off: for its rounds alone."""
     import contextlib
-    import threading
     from types import SimpleNamespace
 
     from backflip.config import PrefsConfig, TrainConfig, resolve
@@ -536,7 +558,63 @@ def test_a_pipelined_round_is_installed_at_the_next_tick_and_its_error_surfaces(
     tel = SimpleNamespace(timer=lambda name: contextlib.nullcontext())
     run = SimpleNamespace(seed=0, replay_buffers=[], tel=tel, out_dir=tmp_path, stopping=False)
     pipe = Pipeline(cfg, run)
-    pipe.ask = lambda n: 0  # no labeler here: the round is what is tested
+    pipe.ask = lambda n: 0
+    return pipe
+
+
+def test_a_forked_round_reads_the_pipeline_as_at_the_fork_and_its_error_surfaces(tmp_path):
+    from backflip.prefs import forked
+
+    assert forked.available()  # Linux: rounds are forked unless BACKFLIP_FORK=0
+    pipe = pipelined_pipe(tmp_path)
+
+    def round_(step, store=None):  # runs in the child: its changes come back only through
+        pipe.staged["snap"], pipe.staged["versions"] = f"model of {len(pipe.store)}", 1
+        pipe.staged["stats"] = {"reward_model/updates": float(step)}
+        pipe.updates_done = step  # what finish_job installs
+        pipe.rng.random(3)
+
+    pipe.train_owed = round_
+    pipe.store.add([Segment(np.zeros((4, 2), np.float32), np.zeros(4, np.int64), np.zeros(4))])
+    pipe.step, before, count = 2048, pipe.snap, pipe.model.obs_rms.count
+    expected_rng = np.random.default_rng()
+    expected_rng.bit_generator.state = pipe.rng.bit_generator.state
+    expected_rng.random(3)
+    pipe.pipelined_tick()
+    assert isinstance(pipe.job, forked.Forked)
+    pipe.step += 100  # the policy goes on: more segments and observations meanwhile
+    pipe.store.add([Segment(np.ones((4, 2), np.float32), np.zeros(4, np.int64), np.zeros(4))])
+    pipe.observe(np.ones((3, 2)))
+    assert pipe.snap is before and pipe.model.obs_rms.count == count  # nothing installed yet
+    pipe.finish_job()
+    assert pipe.snap == "model of 1" and pipe.model_version == 1  # the store as at the fork
+    assert pipe.updates_done == 2048 and pipe.rm_stats["reward_model/updates"] == 2048
+    assert pipe.rng.random() == expected_rng.random()  # the generator as the round left it
+    assert pipe.model.obs_rms.count == pytest.approx(count + 3)  # the held observations
+    # an error in the forked round reaches the policy at the next tick, with its traceback
+    pipe.train_owed = lambda step, store=None: 1 / 0
+    pipe.pipelined_tick()
+    with pytest.raises(RuntimeError, match="training round failed") as caught:
+        pipe.finish_job()
+    assert isinstance(caught.value.__cause__, ZeroDivisionError)
+    assert "in the forked process" in "".join(caught.value.__cause__.__notes__)
+    # a round under way when the seed stops is ended, not waited for
+    pipe.train_owed = lambda step, store=None: time.sleep(60)
+    pipe.pipelined_tick()
+    pipe.run.stopping = True
+    t0 = time.monotonic()
+    pipe.finish_job()
+    assert time.monotonic() - t0 < 5 and pipe.job is None and pipe.model_version == 1
+    pipe.db.close()
+
+
+def test_a_pipelined_round_is_installed_at_the_next_tick_and_its_error_surfaces(
+    tmp_path, monkeypatch
+):
+    import threading
+
+    monkeypatch.setenv("BACKFLIP_FORK", "0")  # the round in a thread, where the test can gate it
+    pipe = pipelined_pipe(tmp_path)
     gate, seen = threading.Event(), []
 
     def round_(step, store):  # what a round reads was fixed when it started

@@ -87,6 +87,7 @@ from backflip.envs import steps_per_second
 from backflip.envs.horizon import horizon_wrapper
 from backflip.envs.wrappers import Chain, RenderFrames, rendered
 from backflip.errors import UserError
+from backflip.prefs import forked
 from backflip.prefs.db import PreferenceDB
 from backflip.prefs.derive import check_action_input
 from backflip.prefs.labelers import teacher_for
@@ -212,8 +213,9 @@ class Pipeline:
         self.worker_error: BaseException | None = None
         # mode=pipelined: the tick's training in the background, what it stages for the next
         # tick (snapshot, stats), and observations held back from the normalizer meanwhile
-        self.job: threading.Thread | None = None
+        self.job: threading.Thread | forked.Forked | None = None
         self.staged: dict | None = None
+        self.rows_read: list | None = None  # a forked round: the label rows it trained on
         self.held_obs: list[np.ndarray] = []
         self.next_tick = pcfg.tick_steps
         self._last_publish = 0.0
@@ -571,15 +573,20 @@ class Pipeline:
     def pipelined_tick(self) -> None:
         """mode=pipelined: install the last tick's training, ask the labels that are due, and
         start this tick's training in the background on what the pipeline holds now (the
-        policy goes on with the model it has until the next tick)."""
+        policy goes on with the model it has until the next tick): in a forked process where
+        there is one (`forked.py`: the policy keeps Python's lock to itself), else a thread on
+        a frozen copy of the store; the same numbers either way."""
         self.finish_job()
         if self.frozen:
             return
         self.ask(self.schedule.due(self.step) - self.asked)
-        store, step = self.store.frozen(), self.step
+        step = self.step
         self.staged = {}
+        if forked.available():
+            self.job = forked.Forked(functools.partial(self._forked_round, step))
+            return
         self.job = threading.Thread(
-            target=self._job, args=(store, step), name="prefs-round", daemon=True
+            target=self._job, args=(self.store.frozen(), step), name="prefs-round", daemon=True
         )
         self.job.start()
 
@@ -590,15 +597,50 @@ class Pipeline:
         except BaseException as e:  # noqa: BLE001 — re-raised in the main thread by finish_job
             self.worker_error = e
 
+    def _forked_round(self, step: int) -> dict:
+        """In the forked process: the round on the pipeline as it was at the fork, and what it
+        changed, for `finish_job` to install in the parent. The label rows it read go back
+        rather than the pairs they load (Atari clips: gigabytes); the parent loads the same."""
+        self.db = PreferenceDB(self.db.path)  # never the parent's connection
+        self.rows_read = []
+        with torch.inference_mode(False), torch.enable_grad():
+            self.train_owed(step)
+        return {
+            "model": self.model,
+            "rng": self.rng.bit_generator.state,
+            "updates_done": self.updates_done,
+            "staged": self.staged,
+            "rows_read": self.rows_read,
+            "labels_read_at": self.labels_read_at,
+        }
+
     def finish_job(self) -> None:
         """mode=pipelined: wait for the round under way, then install what it staged (its
-        snapshot and metrics) and give the normalizer the observations held back meanwhile."""
+        snapshot and metrics) and give the normalizer the observations held back meanwhile. A
+        forked round under way when the seed stops is ended and dropped."""
         if self.job is None:
             return
-        self.job.join()
-        self.job, staged, self.staged = None, self.staged or {}, None
-        if self.worker_error is not None:
-            raise RuntimeError("the reward model's training round failed") from self.worker_error
+        job, self.job = self.job, None
+        if isinstance(job, forked.Forked):
+            self.staged = None  # the child's copy is the one it filled
+            if self.rounds_stopped():
+                job.kill()
+                staged = {}
+            else:
+                try:  # tensors unpickled under the rollout's inference mode could not train
+                    with torch.inference_mode(False):
+                        done = job.join()
+                except BaseException as e:
+                    raise RuntimeError("the reward model's training round failed") from e
+                self.install_forked(done)
+                staged = done["staged"] or {}
+        else:
+            job.join()
+            staged, self.staged = self.staged or {}, None
+            if self.worker_error is not None:
+                raise RuntimeError(
+                    "the reward model's training round failed"
+                ) from self.worker_error
         if "snap" in staged:
             self.snap = staged["snap"]
             self.model_version += staged["versions"]
@@ -607,6 +649,17 @@ class Pipeline:
         for obs in self.held_obs:
             self.model.observe(obs)
         self.held_obs = []
+
+    def install_forked(self, done: dict) -> None:
+        """A forked round's changes, made here as the round made them there: the pairs synced
+        to the rows it read (their bootstrap weights and splits drawn from the same
+        generator), its model, the pipeline's generator and update count."""
+        for rows in done["rows_read"]:
+            self.pairs.sync(rows, self.load_segment)
+        self.labels_read_at = done["labels_read_at"]
+        vars(self.model).update(vars(done["model"]))  # the same object: references stay valid
+        self.rng.bit_generator.state = done["rng"]
+        self.updates_done = done["updates_done"]
 
     def observe(self, obs: np.ndarray) -> None:
         """New observations for the reward model's input normalizer (held back while a
@@ -864,12 +917,13 @@ class Pipeline:
     def refresh_pairs(self) -> int:
         self.labels_read_at = time.time()  # answers before this are trained on from now
         rows = self.db.labels(limit=self.cfg.buffer_labels)
+        if self.rows_read is not None:  # a forked round: the parent syncs to the same rows
+            self.rows_read.append(rows)
+        return self.pairs.sync(rows, self.load_segment)
 
-        def load(sid):
-            seg = self.db.segment(sid)
-            return seg.obs, seg.actions, seg.absorbing
-
-        return self.pairs.sync(rows, load)
+    def load_segment(self, sid: int):
+        seg = self.db.segment(sid)
+        return seg.obs, seg.actions, seg.absorbing
 
     def calibration_steps(self, store: SegmentStore | None = None):
         """(obs, actions, absorbing) over which the reward's offset and scale are computed:
