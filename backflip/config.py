@@ -193,7 +193,7 @@ class PrefsConfig:
     evaluated on its own episodes, as the true return is reported"""
     mode: str = "sync"
     """sync (labeling and reward model inline every tick_steps: reproducible); pipelined (each
-    tick's labels are asked inline, its reward-model training runs in a background thread while
+    tick's labels are asked inline, its reward-model training runs in a forked process while
     the policy takes the next tick_steps steps, and the new model is installed at the next tick:
     reproducible, the policy's reward one tick behind sync's, faster on a free core); or async
     (labeling and training in a background thread at their own pace: not reproducible)"""

@@ -27,6 +27,7 @@ import io
 import itertools
 import math
 import os
+import resource
 import socket
 import struct
 import time
@@ -182,6 +183,13 @@ class Timer:
         self.sink[key] = self.sink.get(key, 0.0) + time.perf_counter() - self.t0
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children it has waited for (a pipelined preference
+    round's forked process, env worker processes): the seed's compute, wherever it ran."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 class Telemetry:
     """Metrics writer for one seed. With `out_dir=None` it keeps rows in memory only."""
 
@@ -204,7 +212,7 @@ class Telemetry:
         self._statm, self._statm_pid = _open_statm(), os.getpid()  # see `rss`
         self._proc = psutil.Process()
         self._t_start = self._t_last = time.perf_counter()
-        self._cpu_last = time.process_time()
+        self._cpu_last = cpu_seconds()
         self._step_last = 0
         self.episodes: collections.deque = collections.deque(maxlen=episode_window)
         self.n_episodes = 0
@@ -392,9 +400,9 @@ class Telemetry:
             row["sys/load_avg"] = os.getloadavg()[0]
         dt = now - self._t_last
         row["time/sps"] = (step - self._step_last) / dt if dt > 0 else 0.0
-        # Steps per second of this process's own CPU time: unlike `time/sps` it does not fall
-        # when other processes compete for the CPU, so a decline means growing work per step.
-        cpu = time.process_time()
+        # Steps per second of the seed's own CPU time: unlike `time/sps` it does not fall when
+        # other processes compete for the CPU, so a decline means growing work per step.
+        cpu = cpu_seconds()
         dcpu = cpu - self._cpu_last
         row["time/sps_cpu"] = (step - self._step_last) / dcpu if dcpu > 0 else 0.0
         self._cpu_last = cpu

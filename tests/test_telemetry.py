@@ -113,3 +113,21 @@ def test_tensors_of_several_keys_dtypes_and_shapes_and_floats_reduce_in_one_row(
     assert (row["a"], row["b"], row["c"], row["d"]) == (1.5, 15.0, 101.5, -1.0)
     assert (row["e"], row["f"], row["g"]) == (0.25, 2.0, 7.0)
     assert all(type(v) is float for v in row.values())
+
+
+def test_the_seeds_cpu_time_counts_the_children_it_waited_for():
+    # a pipelined preference round trains in a forked child: its CPU is the seed's compute
+    import os
+    import time
+
+    from backflip.telemetry import cpu_seconds
+
+    before = cpu_seconds()
+    pid = os.fork()
+    if pid == 0:  # the child: 0.3 s of CPU, then gone
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.3:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert cpu_seconds() - before >= 0.25

@@ -42,7 +42,7 @@ from backflip.runs.archive import (
 from backflip.runs.layout import STATUS, STDERR, STDOUT, TRACEBACK, seed_dir
 from backflip.seedrun import NonFiniteError, SeedRun
 from backflip.summary import status_text
-from backflip.telemetry import truncate_logs
+from backflip.telemetry import cpu_seconds, truncate_logs
 
 PROGRESS_EVERY_S = 0.5
 STATUS_EVERY_S = 5.0  # a running seed's step goes to its status.json at most this often
@@ -256,9 +256,9 @@ def train_one(
         for key in detail_keys - {"steps"}:  # what the seed was waiting for is over
             status.pop(key, None)
         status["wall_s"] = before["wall_s"] + time.perf_counter() - t0
-        # this process's CPU time (a forked seed starts from zero), for compute accounting
-        t = os.times()
-        status["cpu_s"] = before["cpu_s"] + t.user + t.system
+        # this process's CPU time and its children's (a forked seed starts from zero), for
+        # compute accounting
+        status["cpu_s"] = before["cpu_s"] + cpu_seconds()
         status.pop("wall_s_before", None)
         status["ended"] = now_iso()
         write_status(folder, status)  # the small outcome first, then the traceback

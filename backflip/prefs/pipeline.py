@@ -30,13 +30,16 @@ Evaluation envs are the env's own: the true return reported is the env's.
 
 With `mode=sync` (default) the ticks run inline: deterministic (same seed, same curves), and no
 slower when the seeds already fill the cores. With `mode=pipelined` (opt-in) a tick asks its
-labels inline, then its reward-model training runs in a background thread while the policy
-takes the next `tick_steps` steps on the model it has; the next tick waits for that training
-and installs its model. What the training reads is fixed when it starts (the segments stored so
-far, the observations' normalizer: the policy's new observations reach the normalizer at the
-next tick) and its results are installed at a fixed step, so a run is as reproducible as sync,
-with the policy's reward one tick behind; the policy stops idling while the model trains, which
-pays when a core is free (one seed per two cores, or a GPU). With `mode=async` (opt-in)
+labels inline, then its reward-model training runs in the background while the policy takes
+the next `tick_steps` steps on the model it has; the next tick waits for that training and
+installs its model. The background is a forked copy of the seed's process (`forked.py`: the
+policy keeps Python's lock to itself, and the copy reads the pipeline exactly as it was at the
+fork), or a thread on a frozen copy of the store where there is no `fork` or with
+`BACKFLIP_FORK=0`: the same numbers either way (tested). What the training reads is fixed when
+it starts (the segments stored so far, the observations' normalizer: the policy's new
+observations reach the normalizer at the next tick) and its results are installed at a fixed
+step, so a run is as reproducible as sync, with the policy's reward one tick behind; the policy
+stops idling while the model trains, which pays when a core is free (one seed per two cores). With `mode=async` (opt-in)
 labeling and training run in a background thread at their own pace, paced on the agent's step
 clock: faster on a free core, but the interleaving of the two threads differs between runs, so
 results are not reproducible.
