@@ -44,6 +44,11 @@ CASES: dict[str, list[str]] = {
     "prefs-ppo-pendulum": [
         "prefs", "train", "ppo", "--env", "Pendulum-v1", "--steps", "6000", "--labels", "60",
     ],
+    # rounds beside the policy: in a thread before the forked rounds, in a forked process after
+    "prefs-ppo-pendulum-pipelined": [
+        "prefs", "train", "ppo", "--env", "Pendulum-v1", "--steps", "6000", "--labels", "60",
+        "--set", "prefs.mode=pipelined",
+    ],
 }  # fmt: skip
 # timing, the machine's state, and the preference database's bytes on disk (its write-ahead log
 # grows with the number of commits, not with what is stored)

@@ -503,10 +503,13 @@ def test_the_default_command_is_deterministic(cli):
 
 def test_pipelined_mode_is_deterministic_and_trains_on_sync_mode_schedule(cli):
     # pipelined: each tick's training runs beside the policy's next tick_steps steps and is
-    # installed at the next tick. Run twice it gives the same curves and model; it trains as
-    # many updates as sync, on the same schedule, with the policy's reward one tick behind
-    runs = [small_run(cli, "--set", "prefs.mode=pipelined") for _ in range(2)]
-    sync = small_run(cli)
+    # installed at the next tick. Run twice it gives the same curves and model (with dropout:
+    # the forked round draws its masks from a copy of torch's generator, never from the one the
+    # policy samples from); it trains as many updates as sync, on the same schedule, with the
+    # policy's reward one tick behind
+    dropout = ("--set", "prefs.dropout=0.5")
+    runs = [small_run(cli, "--set", "prefs.mode=pipelined", *dropout) for _ in range(2)]
+    sync = small_run(cli, *dropout)
     ma, mb, ms = (read_metrics(f"{r['dir']}/seeds/0/metrics.csv") for r in (*runs, sync))
     for name in ("reward_model/train_loss", "reward_model/val_loss", "eval/return_mean"):
         assert np.array_equal(ma[name][0], mb[name][0]), name

@@ -13,8 +13,10 @@ The parent collects the result with `join()`. A child must not touch what the pa
 with the outside world through file descriptors it keeps using (an SQLite connection: open its
 own).
 
-On where `os.fork` exists, and unless `BACKFLIP_FORK=0` (then a pipelined round runs in a
-thread, with the same numbers).
+On Linux, unless `BACKFLIP_FORK=0`, and in a process that has not started CUDA or imported
+Ray (whose worker threads talk gRPC, which a fork can leave locked): elsewhere a pipelined round
+runs in a thread, with the same numbers. macOS is left out: its system frameworks are not safe
+to use in a forked child (why Python's multiprocessing spawns there).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import traceback
 from collections.abc import Callable
 
@@ -30,8 +33,12 @@ SWITCH = "BACKFLIP_FORK"  # "0" (or false, no, off): pipelined rounds in a threa
 
 def available() -> bool:
     """Whether a round can run in a forked process here."""
-    off = os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off")
-    return hasattr(os, "fork") and not off
+    if os.environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if not sys.platform.startswith("linux") or "ray" in sys.modules:
+        return False
+    torch = sys.modules.get("torch")
+    return torch is None or not torch.cuda.is_initialized()
 
 
 class ChildDied(RuntimeError):
