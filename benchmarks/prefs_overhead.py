@@ -40,7 +40,23 @@ def run(args: list[str], home: Path) -> dict:
         "wall_s": seed["wall_s"],
         "steps": seed["steps"],
         "timers": timers(Path(record["dir"])),
+        "steady_sps": steady_sps(Path(record["dir"])),
     }
+
+
+def steady_sps(run_dir: Path) -> float:
+    """Agent steps per second of wall time over the policy's metrics rows, the first and the
+    last left out (the first follows a preference run's setup: random clips, the first labels,
+    pretraining; the last includes the final evaluation): the rate once the run is under way."""
+    wall: dict[int, float] = {}
+    with open(run_dir / "seeds" / "0" / "metrics.csv") as f:
+        for row in csv.DictReader(f):
+            if row["name"] == "time/wall_s" and int(row["step"]) > 0:
+                wall[int(row["step"])] = float(row["value"])
+    steps = sorted(wall)[1:-1]
+    if len(steps) < 2:
+        return float("nan")
+    return (steps[-1] - steps[0]) / (wall[steps[-1]] - wall[steps[0]])
 
 
 def timers(run_dir: Path) -> dict[str, float]:
@@ -109,16 +125,19 @@ def main() -> None:
         print(
             f"pair {i + 1}: true reward {plain[-1]['sps']:,.0f} steps/s "
             f"({plain[-1]['wall_s']:.0f} s), preferences {prefs[-1]['sps']:,.0f} steps/s "
-            f"({prefs[-1]['wall_s']:.0f} s)",
+            f"({prefs[-1]['wall_s']:.0f} s); under way {plain[-1]['steady_sps']:,.0f} and "
+            f"{prefs[-1]['steady_sps']:,.0f}",
             flush=True,
         )
-    med = {k: statistics.median for k in ("sps", "wall_sps")}
+    med = {k: statistics.median for k in ("sps", "wall_sps", "steady_sps")}
     ratio = {k: med[k]([p[k] for p in prefs]) / med[k]([p[k] for p in plain]) for k in med}
     print(breakdown(plain, prefs))
     print(
         f"{args.algo} on {args.env}, {args.steps:,} steps, {args.labels} labels, "
         f"{args.repeats} pairs in {time.time() - t0:.0f} s: preferences / true reward = "
-        f"{ratio['sps']:.2f} in training steps/s, {ratio['wall_sps']:.2f} over the whole wall time"
+        f"{ratio['sps']:.2f} in training steps/s, {ratio['wall_sps']:.2f} over the whole wall time, "
+        f"{ratio['steady_sps']:.2f} once under way (the policy's rows, setup and final evaluation "
+        "left out)"
     )
 
 

@@ -525,18 +525,24 @@ class Pipeline:
         # belongs to none; one ends where the env terminates it, or with the fixed-horizon
         # episode it was still in
         live = valid if absorbing is None else valid & ~absorbing
-        self.ep_pred += np.where(live, reward, 0.0)
-        self.ep_true += np.where(live, true_reward, 0.0)
-        self.ep_len += live
-        ended = ended & valid
-        self.env_terminations += int(ended.sum())
-        for i in np.flatnonzero(ended | (done & valid & (self.ep_len > 0))):
-            self.finished.append(
-                (self.ep_pred[i], self.ep_true[i], self.ep_len[i], float(ended[i]))
-            )
-            # the task's return episode by episode, for the doctor (episodes.csv holds r̂)
-            self.run.tel.true_episode(self.step, self.ep_true[i], int(self.ep_len[i]))
-            self.ep_pred[i] = self.ep_true[i] = self.ep_len[i] = 0.0
+        if live.all():  # most steps: the same sums without the masks
+            self.ep_pred += reward
+            self.ep_true += true_reward
+            self.ep_len += 1.0
+        else:
+            self.ep_pred += np.where(live, reward, 0.0)
+            self.ep_true += np.where(live, true_reward, 0.0)
+            self.ep_len += live
+        if ended.any() or done.any():  # an episode ends (most steps: none)
+            ended = ended & valid
+            self.env_terminations += int(ended.sum())
+            for i in np.flatnonzero(ended | (done & valid & (self.ep_len > 0))):
+                self.finished.append(
+                    (self.ep_pred[i], self.ep_true[i], self.ep_len[i], float(ended[i]))
+                )
+                # the task's return episode by episode, for the doctor (episodes.csv holds r̂)
+                self.run.tel.true_episode(self.step, self.ep_true[i], int(self.ep_len[i]))
+                self.ep_pred[i] = self.ep_true[i] = self.ep_len[i] = 0.0
         if self.worker_error is not None:
             raise RuntimeError("the preference worker thread failed") from self.worker_error
         if self.exploring:
