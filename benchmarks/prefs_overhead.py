@@ -4,9 +4,11 @@ runs alternating so that a machine's drift falls on both (issue: "preference run
 
 Each pair: the algorithm on the true reward, then from preferences (synthetic labels, the
 settings derived from the env, `--labels`), one seed, one worker; the figures are each seed's
-own (status.json): steps/s over its training (`sps`, evaluation left out), and steps over its
-whole wall time (random clips, pretraining and evaluation included); then where an agent step's
-time goes, from each seed's own timers.
+own (status.json): steps/s from the seed's start (`sps`: a preference run's random clips and
+pretraining included, the final evaluation left out), and steps over its whole wall time
+(evaluation included); the rate once under way (over the policy's metrics rows, the first and
+last left out: what a longer budget tends to); then where an agent step's time goes, from each
+seed's own timers.
 
     python benchmarks/prefs_overhead.py [--env HalfCheetah-v5] [--algo ppo] [--steps 50000]
                                          [--labels 300] [--repeats 2]
