@@ -39,10 +39,10 @@ fork), or a thread on a frozen copy of the store where there is no `fork` or wit
 it starts (the segments stored so far, the observations' normalizer: the policy's new
 observations reach the normalizer at the next tick) and its results are installed at a fixed
 step, so a run is as reproducible as sync, with the policy's reward one tick behind; the policy
-stops idling while the model trains, which pays when a core is free (one seed per two cores). With `mode=async` (opt-in)
-labeling and training run in a background thread at their own pace, paced on the agent's step
-clock: faster on a free core, but the interleaving of the two threads differs between runs, so
-results are not reproducible.
+stops idling while the model trains, which pays when a core is free (one seed per two cores).
+With `mode=async` (opt-in) labeling and training run in a background thread at their own pace,
+paced on the agent's step clock: faster on a free core, but the interleaving of the two threads
+differs between runs, so results are not reproducible.
 
 **Waiting for a person.** A human-labeled seed never runs ahead of its label schedule by more
 than `max_debt` labels: when more due labels than that are unanswered, the policy pauses inside its
