@@ -458,6 +458,19 @@ def small_run(cli, *extra, steps=4096, labels=40):
     return as_json(out.stdout)
 
 
+def same_metrics(a: dict, b: dict, *required: str) -> tuple[dict, dict]:
+    """Two runs' seed-0 metrics, asserted equal name by name (steps and values) but for timing,
+    the machine's state and the database's bytes; `required` names must be among them."""
+    ma, mb = (read_metrics(f"{r['dir']}/seeds/0/metrics.csv") for r in (a, b))
+    timing = ("time/", "sys/", "prefs/labels_per_s", "prefs/segments", "prefs/seconds_since")
+    names = [n for n in ma if not n.startswith(timing) and n != "prefs/db_mb"]
+    assert set(required) <= set(names)
+    for name in names:
+        assert np.array_equal(ma[name][0], mb[name][0]), name
+        assert np.array_equal(ma[name][1], mb[name][1]), name
+    return ma, mb
+
+
 def test_every_prefs_metric_is_documented(cli):
     from tests.test_metrics_docs import documented_names
 
@@ -531,13 +544,7 @@ def test_a_forked_round_gives_the_numbers_of_a_round_in_a_thread(cli, monkeypatc
     forked = small_run(cli, "--set", "prefs.mode=pipelined")
     monkeypatch.setenv("BACKFLIP_FORK", "0")
     threaded = small_run(cli, "--set", "prefs.mode=pipelined")
-    ma, mb = (read_metrics(f"{r['dir']}/seeds/0/metrics.csv") for r in (forked, threaded))
-    timing = ("time/", "sys/", "prefs/labels_per_s", "prefs/segments", "prefs/seconds_since")
-    names = [n for n in ma if not n.startswith(timing) and n != "prefs/db_mb"]
-    assert "reward_model/val_loss" in names and "reward_model/updates" in names
-    for name in names:
-        assert np.array_equal(ma[name][0], mb[name][0]), name
-        assert np.array_equal(ma[name][1], mb[name][1]), name
+    ma, _ = same_metrics(forked, threaded, "reward_model/val_loss", "reward_model/updates")
     ra, rb = (
         torch.load(f"{r['dir']}/seeds/0/reward_model.pt", weights_only=False)
         for r in (forked, threaded)
@@ -662,14 +669,7 @@ def test_synthetic_labels_never_wait_and_ignore_the_human_settings(cli):
         "--set",
         "prefs.max_pending=1",
     )
-    ma = read_metrics(f"{a['dir']}/seeds/0/metrics.csv")
-    mb = read_metrics(f"{b['dir']}/seeds/0/metrics.csv")
-    timing = ("time/", "sys/", "prefs/labels_per_s", "prefs/segments", "prefs/seconds_since")
-    names = [n for n in ma if not n.startswith(timing) and n != "prefs/db_mb"]
-    assert "reward_model/val_loss" in names and "eval/return_mean" in names
-    for name in names:
-        assert np.array_equal(ma[name][0], mb[name][0]), name
-        assert np.array_equal(ma[name][1], mb[name][1]), name
+    _, mb = same_metrics(a, b, "reward_model/val_loss", "eval/return_mean")
     assert mb["prefs/wait_s"][1].max() == 0
     db = PreferenceDB(f"{b['dir']}/seeds/0/prefs.sqlite")
     assert db.answers() == []  # answers are a person's; synthetic labels are on the queries
