@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,21 @@ def strict_json(text: str):
         raise ValueError(f"not JSON: {token}")
 
     return json.loads(text, parse_constant=refuse)
+
+
+def stop_command(proc: subprocess.Popen, timeout: float = 60) -> tuple:
+    """Stop a `backflip` command a test started as a person does, and return its output: SIGINT
+    (the launcher forwards it to its seeds, which end at their next boundary, a wait for a
+    person's labels included), SIGKILL only if it has not ended within `timeout`. A SIGKILL of
+    the launcher alone leaves its seeds running by design (docs/architecture.md), and a seed
+    waiting for labels would wait for ever."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
 
 
 def cli_env(home: Path) -> dict:

@@ -22,6 +22,7 @@ from backflip.envs.wrappers import RenderFrames, rendered
 from backflip.prefs.derive import EnvFacts, derived_settings
 from backflip.prefs.segments import SegmentRecorder, clip_frames
 from backflip.video import PLAYBACK_FPS, playback
+from tests.conftest import stop_command
 from tests.test_prefs import start_cli
 
 
@@ -170,8 +171,7 @@ def test_a_person_labeling_cartpole_is_shown_1_5_s_clips_of_every_other_step(hom
             assert top.std() > 10  # CartPole's own frame, not a blank
         db.close()
     finally:
-        proc.kill()
-        _, err = proc.communicate(timeout=30)
+        _, err = stop_command(proc)  # the seed waits for its person
     assert (
         "clips: 75 steps (prefs.segment_length), 1.5 s at CartPole-v1's real speed of 50 steps a "
         "second; every 2nd step rendered (prefs.render_stride): 38 frames played at 25 a second"

@@ -23,7 +23,7 @@ from backflip.prefs.labelers import synthetic_label
 from backflip.prefs.reward_model import PairDropout, RewardModel, RewardNet, preference_loss
 from backflip.prefs.segments import LabelSchedule, SegmentRecorder
 from backflip.telemetry import read_metrics
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT, cli_env, stop_command
 
 register_envs()  # MovingDot and the fixed-horizon CartPole, for gym.make
 
@@ -842,8 +842,7 @@ def test_a_person_can_end_labeling_early_and_the_run_trains_on(home):
         db.set_meta(labels_ended_at=time.time(), labels_ended_by="tess")  # what the page does
         _, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop_command(proc)
     assert proc.returncode == 0, err
     status = json.loads((folder / "status.json").read_text())
     assert status["status"] == "finished" and status["labels"] == 5
@@ -887,8 +886,7 @@ def person_run(home, delay: float) -> tuple[dict, list]:
             time.sleep(0.01)
         out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop_command(proc)
     assert proc.returncode == 0, err
     labels = db.labels()
     db.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import subprocess
@@ -136,14 +135,3 @@ def screenshot_ok(path: Path) -> None:
     non_white = sum(n for n, c in colors if sum(c) < 3 * 245)
     assert len(colors) > 20, f"{path.name}: only {len(colors)} colours: blank?"
     assert non_white / (small.width * small.height) > 0.01, f"{path.name}: almost all white"
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    """Stop a `backflip train` we started: SIGINT to it (it forwards to its seeds), then wait."""
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT, cli_env, stop_command
 from tests.ui.support import (
     ARTIFACTS,
     anchor,
     backflip,
     chromium,
-    kill_tree,
     needs_chromium,
     run_id_of,
     screenshot_ok,
@@ -247,7 +246,7 @@ def test_compare_page_renders_curves_and_a_verdict(page, ui_server, ui_archive):
 
 def start_training(home: Path, args: list[str]) -> tuple[subprocess.Popen, str]:
     """`backflip train ppo --env CartPole-v1 ARGS` in the background: its process and run id
-    (read from its first line; the caller stops it with `kill_tree`)."""
+    (read from its first line; the caller stops it with `stop_command`)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "backflip", "train", "ppo", "--env", "CartPole-v1", *args],
         stdout=subprocess.PIPE,
@@ -259,7 +258,7 @@ def start_training(home: Path, args: list[str]) -> tuple[subprocess.Popen, str]:
     try:
         return proc, proc.stdout.readline().split()[1].rstrip(":")
     except IndexError:  # no "run ID: ..." line: it failed at once
-        kill_tree(proc)
+        stop_command(proc)
         raise
 
 
@@ -296,7 +295,7 @@ def test_live_run_step_count_advances_without_reload(page, ui_server, ui_archive
         assert page.evaluate("window.__sameDocument") == 43
         shot(page, "index-live")
     finally:
-        kill_tree(proc)
+        stop_command(proc)
 
 
 def test_live_run_page_shows_a_new_seeds_curves_and_the_final_findings(page, ui_server, ui_archive):
@@ -328,7 +327,7 @@ def test_live_run_page_shows_a_new_seeds_curves_and_the_final_findings(page, ui_
         assert proc.wait(timeout=60) == 0
         shot(page, "live-run-finished", full_page=True)
     finally:
-        kill_tree(proc)
+        stop_command(proc)
 
 
 def test_journal_page_shows_the_log_and_takes_a_note(page, ui_server, ui_archive):

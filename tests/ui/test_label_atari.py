@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from backflip.prefs.db import PreferenceDB
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT, cli_env, stop_command
 from tests.ui.support import ARTIFACTS, Server, chromium, needs_chromium
 
 pytest.importorskip("ale_py")
@@ -145,8 +145,7 @@ def test_a_person_sees_pong_in_colour_and_an_answer_made_offline_arrives_once(ho
         db.close()
     finally:
         server.stop()
-        run.kill()
-        run.communicate()
+        stop_command(run)
     shot = ARTIFACTS / "label-pong.png"
     assert Path(shot).stat().st_size > 10_000
 
@@ -195,9 +194,7 @@ def test_a_scripted_person_gives_100_answers_on_pong_clips_and_the_run_trains_on
         db.close()
     finally:
         server.stop()
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
+        stop_command(run)
     assert record["status"] == "finished"
     # 100 answers, all through the page, every one the person's
     assert person.answers == len(answers) == labels == counts["labeled"] + counts["skipped"]

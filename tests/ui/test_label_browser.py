@@ -22,12 +22,11 @@ from backflip.prefs.db import PreferenceDB
 from backflip.prefs.phases import EXPLORING
 from backflip.prefs.presets import PRESETS
 from backflip.telemetry import read_metrics
-from tests.conftest import ROOT, cli_env
+from tests.conftest import ROOT, cli_env, stop_command
 from tests.ui.support import (
     ARTIFACTS,
     Server,
     chromium,
-    kill_tree,
     needs_chromium,
     screenshot_ok,
 )
@@ -246,8 +245,7 @@ def test_a_scripted_person_trains_moving_dot_through_the_page(home, browser):
     finally:
         server.stop()
         for proc in (person_run, true_run):
-            if proc.poll() is None:
-                proc.kill()
+            stop_command(proc)
     # every scheduled label was given, by the person, through the page
     assert counts["labeled"] + counts["skipped"] == LABELS
     assert record["status"] == "finished" and record["seeds"][0]["labels"] == counts["labeled"]
@@ -354,8 +352,7 @@ def test_keys_answer_undo_and_skip_and_the_answers_train_the_reward_model(home, 
         db.close()
     finally:
         server.stop()
-        if gather.poll() is None:
-            gather.kill()
+        stop_command(gather)
 
     # the reward model trains on exactly those labels
     cli(
@@ -418,4 +415,4 @@ def test_while_the_run_explores_the_page_says_so_then_shows_the_first_pair(home,
         assert not errors, errors
     finally:
         server.stop()
-        kill_tree(run)
+        stop_command(run)
