@@ -19,6 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # minutes in any case.
 os.environ.setdefault("BACKFLIP_WARM_DIR", f"/tmp/backflip-warm-tests-{os.getuid()}-{os.getpid()}")
 os.environ.setdefault("BACKFLIP_WARM_IDLE", "120")
+# One thread per worker, as every seed process has: the suite runs a worker per core, and
+# torch's and OpenBLAS's default of a thread per core had two workers' OpenMP threads spinning
+# against each other (test_probes.py with test_user_env_spaces.py on two workers: 214 s -> 164 s,
+# 202 -> 148 CPU seconds). Set before any test module imports torch; the workers inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 # The files whose tests take longest (CI's `--durations`, summed per file), longest first. xdist
