@@ -64,8 +64,15 @@ def pytest_sessionfinish(session, exitstatus):
         return  # the controller stops them, after every worker is done
     from backflip.launch import warm
 
-    for server in warm.servers():
+    running = warm.servers()
+    for server in running:
         warm.stop(server["address"])
+    if left := sum(server["seeds"] for server in running):  # a test's command SIGKILLed alone
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"warning: {left} seed(s) still running after the suite: a test stopped a command "
+            "without its seeds (stop them with tests/conftest.py's stop_command)",
+            yellow=True,
+        )
     shutil.rmtree(warm.folder(), ignore_errors=True)  # their logs and locks
 
 
