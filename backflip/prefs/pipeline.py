@@ -221,6 +221,7 @@ class Pipeline:
         self.rows_read: list | None = None  # a forked round: the label rows it trained on
         self.held_obs: list[np.ndarray] = []
         self.next_tick = pcfg.tick_steps
+        self.explore_row = pcfg.tick_steps  # while exploring: the next step that publishes
         self._last_publish = 0.0
         self.answered = 0  # labeled + skipped queries when the database was last read
         self.labels_read_at = 0.0  # when the reward model last read its labels
@@ -551,7 +552,9 @@ class Pipeline:
             )
             if self.step >= self.cfg.explore_steps:
                 self.end_exploration()
-            elif time.monotonic() - self._last_publish > self.cfg.log_every_s:
+            elif self.step >= self.explore_row:  # on the ticks' grid, not the clock: the same
+                tick = self.cfg.tick_steps  # rows run after run
+                self.explore_row = (self.step // tick + 1) * tick
                 self.publish()
             return
         if self.cfg.relabel and self.model_version != self.relabeled_version:
